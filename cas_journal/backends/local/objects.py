@@ -1,0 +1,250 @@
+"""The local object store: loose objects (one zstd frame per file) plus pack files.
+
+Loose object ``<oid>`` lives at ``objects/<oid[:2]>/<oid[2:]>``, written to a hidden temp
+file in the same directory and renamed into place, so no reader ever sees half an object
+under its final name. A ``put_many`` of many objects (a batch commit) writes one pack
+instead: one file and one fsync for the lot. Reads look in packs, then loose objects,
+then rescan the pack directory (another process may have packed or written meanwhile).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from ...errors import CorruptObject, ObjectNotFound
+from ...objects import Kind, ObjectCodec, canonical_form, is_oid, object_id, require_oid
+from ..base import ObjectStore
+from .fsutil import fsync_dir, storage_errors, temp_name, write_all
+from .packs import BlockCache, PackedObject, PackReader, write_pack
+
+PACK_THRESHOLD = 64
+"""A put_many of at least this many new objects is written as a pack."""
+
+
+class LocalObjectStore(ObjectStore):
+    """Objects in a directory: loose files and packs."""
+
+    def __init__(self, root: Path, codec: ObjectCodec, durable: bool) -> None:
+        self.codec = codec
+        self.durable = durable
+        self.loose_dir = root / "objects"
+        self.packs_dir = root / "packs"
+        self.cache = BlockCache()
+        self._packs: dict[str, PackReader] = {}
+        self._packs_stamp: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self.refresh_packs()
+
+    # -- packs ------------------------------------------------------------------------
+
+    def refresh_packs(self) -> bool:
+        """Re-read the pack directory if it changed; True if the set of packs changed."""
+        with self._lock:
+            try:
+                stat = os.stat(self.packs_dir)
+            except FileNotFoundError:
+                return False
+            stamp = (stat.st_mtime_ns, stat.st_ino)
+            if stamp == self._packs_stamp:
+                return False
+            names = {
+                entry[: -len(".idx")]
+                for entry in os.listdir(self.packs_dir)
+                if entry.endswith(".idx") and not entry.startswith(".")
+            }
+            changed = False
+            for gone in set(self._packs) - names:
+                # not closed: another thread may be reading it; the mapping goes with the
+                # last reference (on POSIX a removed file stays readable while mapped)
+                del self._packs[gone]
+                changed = True
+            for name in sorted(names - set(self._packs)):
+                try:
+                    self._packs[name] = PackReader(
+                        self.packs_dir / f"{name}.idx", self.codec.max_object_size, self.cache
+                    )
+                    changed = True
+                except FileNotFoundError:
+                    continue  # removed by a concurrent repack; the next refresh settles it
+            self._packs_stamp = stamp
+            return changed
+
+    def packs(self) -> list[PackReader]:
+        """The packs currently known (refreshes first)."""
+        self.refresh_packs()
+        with self._lock:
+            return list(self._packs.values())
+
+    def _find_in_packs(self, oid: str) -> PackReader | None:
+        raw = bytes.fromhex(oid)
+        for pack in list(self._packs.values()):
+            if pack._position(raw) >= 0:
+                return pack
+        return None
+
+    # -- loose objects ----------------------------------------------------------------
+
+    def loose_path(self, oid: str) -> Path:
+        """Where the loose copy of ``oid`` lives (whether or not it exists)."""
+        return self.loose_dir / oid[:2] / oid[2:]
+
+    def _write_loose(self, oid: str, frame: bytes, dirty: set[Path]) -> None:
+        path = self.loose_path(oid)
+        if os.path.exists(path):
+            return
+        directory = path.parent
+        tmp = temp_name(directory, oid[2:10] + "-")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            dirty.add(directory.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            write_all(fd, frame)
+            if self.durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        dirty.add(directory)
+
+    def iter_loose(self) -> Iterator[tuple[str, Path]]:
+        """``(oid, path)`` of every loose object file."""
+        try:
+            fanout = sorted(os.listdir(self.loose_dir))
+        except FileNotFoundError:
+            return
+        for prefix in fanout:
+            if len(prefix) != 2:
+                continue
+            directory = self.loose_dir / prefix
+            try:
+                names = os.listdir(directory)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                oid = prefix + name
+                if is_oid(oid):
+                    yield oid, directory / name
+
+    # -- protocol -----------------------------------------------------------------------
+
+    def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
+        with storage_errors("writing objects"):
+            oids = [object_id(kind, body) for kind, body in items]
+            new = [
+                (oid, kind, body)
+                for oid, (kind, body) in zip(oids, items, strict=True)
+                if self._find_in_packs(oid) is None and not os.path.exists(self.loose_path(oid))
+            ]
+            for _, _, body in new:
+                self.codec.check_size(body)
+            if len(new) >= PACK_THRESHOLD:
+                self.packs_dir.mkdir(exist_ok=True)
+                write_pack(
+                    self.packs_dir,
+                    (PackedObject(oid, canonical_form(kind, body)) for oid, kind, body in new),
+                    self.durable,
+                )
+                self.refresh_packs()
+            else:
+                dirty: set[Path] = set()
+                for oid, kind, body in new:
+                    _, frame = self.codec.encode(kind, body)
+                    self._write_loose(oid, frame, dirty)
+                if self.durable:
+                    for directory in sorted(dirty, key=lambda p: len(p.parts), reverse=True):
+                        fsync_dir(directory)
+        return oids
+
+    def _read_loose(self, oid: str) -> tuple[Kind, bytes] | None:
+        try:
+            with open(self.loose_path(oid), "rb") as f:
+                frame = f.read(self.codec.max_object_size + 1024)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return self.codec.decode(oid, frame)
+
+    def get(self, oid: str) -> tuple[Kind, bytes]:
+        require_oid(oid)
+        with storage_errors("reading an object"):
+            for attempt in range(2):
+                pack = self._find_in_packs(oid)
+                if pack is not None:
+                    try:
+                        return pack.read(oid)
+                    except KeyError:
+                        pass
+                found = self._read_loose(oid)
+                if found is not None:
+                    return found
+                if attempt == 0 and not self.refresh_packs():
+                    break
+        raise ObjectNotFound(f"object {oid} not found")
+
+    def has(self, oid: str) -> bool:
+        if not is_oid(oid):
+            return False
+        if self._find_in_packs(oid) is not None or os.path.exists(self.loose_path(oid)):
+            return True
+        return self.refresh_packs() and self._find_in_packs(oid) is not None
+
+    def iter_oids(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for pack in self.packs():
+            for oid in pack.iter_oids():
+                if oid not in seen:
+                    seen.add(oid)
+                    yield oid
+        for oid, _ in self.iter_loose():
+            if oid not in seen:
+                seen.add(oid)
+                yield oid
+
+    def delete(self, oid: str) -> None:
+        """Remove the loose copy of an object (packed copies go when gc rewrites packs)."""
+        with storage_errors("deleting an object"), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.loose_path(oid))
+
+    def delete_many(self, oids: Iterable[str]) -> None:
+        """Remove loose copies of many objects."""
+        for oid in oids:
+            self.delete(oid)
+
+    def stored_size(self, oid: str) -> int:
+        """Bytes the loose copy occupies (0 if the object is only packed)."""
+        try:
+            return os.stat(self.loose_path(oid)).st_size
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        """Unmap every pack."""
+        with self._lock:
+            for pack in self._packs.values():
+                pack.close()
+            self._packs.clear()
+            self._packs_stamp = None
+
+
+def verify_loose_file(oid: str, path: Path, codec: ObjectCodec) -> None:
+    """Decode and verify one loose file (fsck); raise CorruptObject if it is damaged."""
+    with open(path, "rb") as f:
+        frame = f.read()
+    if not frame:
+        raise CorruptObject("loose object file is empty", oid)
+    codec.decode(oid, frame)

@@ -1,0 +1,123 @@
+"""In-memory backend: the reference implementation of both protocols, for tests and scratch.
+
+Objects are kept as their stored frames and decoded (and verified) on every read, exactly
+like the persistent backends, so behaviour does not depend on which backend a test uses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+from ..errors import ObjectNotFound
+from ..names import split_ref_name
+from ..objects import Kind, ObjectCodec, require_oid, utc_now
+from .base import ObjectStore, ReflogEntry, RefStore, Store, check_ref_value
+
+
+class MemoryObjectStore(ObjectStore):
+    """Objects in a dict, keyed by oid."""
+
+    def __init__(self, codec: ObjectCodec) -> None:
+        self.codec = codec
+        self._frames: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
+        oids = []
+        for kind, body in items:
+            oid, frame = self.codec.encode(kind, body)
+            with self._lock:
+                self._frames.setdefault(oid, frame)
+            oids.append(oid)
+        return oids
+
+    def get(self, oid: str) -> tuple[Kind, bytes]:
+        frame = self._frames.get(oid)
+        if frame is None:
+            raise ObjectNotFound(f"object {oid} not found")
+        return self.codec.decode(oid, frame)
+
+    def has(self, oid: str) -> bool:
+        return oid in self._frames
+
+    def iter_oids(self) -> Iterator[str]:
+        with self._lock:
+            oids = list(self._frames)
+        return iter(oids)
+
+    def delete(self, oid: str) -> None:
+        with self._lock:
+            self._frames.pop(oid, None)
+
+    def stored_size(self, oid: str) -> int:
+        """Bytes the object occupies (its frame)."""
+        return len(self._frames[oid])
+
+    def corrupt_for_tests(self, oid: str, frame: bytes) -> None:
+        """Replace an object's stored frame (used by tests that damage a store)."""
+        require_oid(oid)
+        with self._lock:
+            self._frames[oid] = frame
+
+
+class MemoryRefStore(RefStore):
+    """Refs and reflogs in dicts, guarded by one lock."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+        self._logs: dict[str, list[ReflogEntry]] = {}
+        self._lock = threading.Lock()
+
+    def read_ref(self, name: str) -> str | None:
+        split_ref_name(name)
+        return self._values.get(name)
+
+    def set_if_equals(
+        self, name: str, old: str | None, new: str | None, reason: str = "", log: bool = True
+    ) -> bool:
+        split_ref_name(name)
+        check_ref_value(new)
+        with self._lock:
+            if self._values.get(name) != old:
+                return False
+            if log:
+                self._logs.setdefault(name, []).append(ReflogEntry(old, new, utc_now(), reason))
+            if new is None:
+                self._values.pop(name, None)
+            else:
+                self._values[name] = new
+            return True
+
+    def list_refs(self, prefix: str, start_after: str | None = None, limit: int = 0) -> list[str]:
+        with self._lock:
+            names = sorted(n for n in self._values if n.startswith(prefix))
+        if start_after is not None:
+            names = [n for n in names if n > start_after]
+        return names[:limit] if limit > 0 else names
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        split_ref_name(name)
+        with self._lock:
+            return list(self._logs.get(name, []))
+
+    def reflog_names(self, prefix: str) -> list[str]:
+        with self._lock:
+            return sorted(n for n, log in self._logs.items() if log and n.startswith(prefix))
+
+    def rewrite_reflog(self, name: str, keep: Callable[[ReflogEntry], bool]) -> int:
+        with self._lock:
+            entries = self._logs.get(name, [])
+            kept = [entry for entry in entries if keep(entry)]
+            self._logs[name] = kept
+            return len(entries) - len(kept)
+
+
+class MemoryStore(Store):
+    """A complete store that lives and dies with the process."""
+
+    def __init__(self, codec: ObjectCodec | None = None) -> None:
+        self.objects: MemoryObjectStore = MemoryObjectStore(codec or ObjectCodec())
+        self.refs: MemoryRefStore = MemoryRefStore()
+        self.durable = False
+        self.url = "memory://"

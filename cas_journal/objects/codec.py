@@ -1,0 +1,161 @@
+"""Object ids, the stored frame format, and bounded, verified decoding.
+
+An object is ``(kind, body)``. Its *canonical form* is ``b"<kind> <len>\\0" + body`` and its
+id (oid) is the BLAKE3-256 hex digest of that canonical form, so two kinds never share an
+id. A stored object is one zstd frame of the canonical form with the content size declared
+in the frame header. Every decode checks the declared size against a limit before it
+allocates anything, decompresses exactly that much, and verifies the hash.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import blake3
+import zstandard
+
+from ..errors import CorruptObject, InvalidInputError
+from .kinds import KINDS_BY_TAG, Kind
+
+OID_HEX_LENGTH = 64
+DEFAULT_MAX_OBJECT_SIZE = 64 * 1024 * 1024
+"""Default limit on an object's body (64 MiB)."""
+MAX_HEADER_LENGTH = 32
+"""The canonical header is ``kind SP decimal-length NUL``; it is never longer than this."""
+COMPRESSION_LEVEL = 3
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_oid(value: object) -> bool:
+    """True if value is a full object id: 64 lowercase hex digits."""
+    return isinstance(value, str) and len(value) == OID_HEX_LENGTH and _HEX.issuperset(value)
+
+
+def require_oid(value: object, what: str = "object id") -> str:
+    """Return value if it is a full oid, else raise InvalidInputError."""
+    if not is_oid(value):
+        raise InvalidInputError(f"{what} must be 64 lowercase hex digits, got {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def object_header(kind: Kind, body_length: int) -> bytes:
+    """The canonical header that precedes the body: ``b"entry 123\\0"``."""
+    return b"%s %d\0" % (kind.value.encode("ascii"), body_length)
+
+
+def canonical_form(kind: Kind, body: bytes) -> bytes:
+    """Header plus body: the exact bytes an oid is the hash of."""
+    return object_header(kind, len(body)) + body
+
+
+def object_id(kind: Kind, body: bytes) -> str:
+    """The oid of an object: BLAKE3-256 hex of its canonical form."""
+    hasher = blake3.blake3(object_header(kind, len(body)))
+    hasher.update(body)
+    return hasher.hexdigest()
+
+
+def hash_hex(data: bytes) -> str:
+    """BLAKE3-256 hex digest of raw bytes."""
+    return blake3.blake3(data).hexdigest()
+
+
+def parse_canonical(oid: str, data: bytes) -> tuple[Kind, bytes]:
+    """Verify that ``data`` is the canonical form named ``oid`` and split it.
+
+    Raises CorruptObject naming the oid on a hash mismatch or a malformed header.
+    """
+    if blake3.blake3(data).hexdigest() != oid:
+        raise CorruptObject("content does not match its id (hash mismatch)", oid)
+    nul = data.find(b"\0", 0, MAX_HEADER_LENGTH)
+    if nul < 0:
+        raise CorruptObject("object header is missing or too long", oid)
+    tag, space, length_text = data[:nul].partition(b" ")
+    kind = KINDS_BY_TAG.get(tag)
+    if kind is None or not space:
+        raise CorruptObject(f"unknown object kind {tag[:16]!r}", oid)
+    if not length_text.isdigit() or (length_text[:1] == b"0" and length_text != b"0"):
+        raise CorruptObject("object header has a malformed length", oid)
+    body = data[nul + 1 :]
+    if int(length_text) != len(body):
+        raise CorruptObject("object length does not match its header", oid)
+    return kind, body
+
+
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    compressor = getattr(_local, "compressor", None)
+    if compressor is None:
+        compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=True)
+        _local.compressor = compressor
+    return compressor
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    decompressor = getattr(_local, "decompressor", None)
+    if decompressor is None:
+        decompressor = zstandard.ZstdDecompressor()
+        _local.decompressor = decompressor
+    return decompressor
+
+
+def bounded_decompress(
+    frame: bytes,
+    limit: int,
+    oid: str | None = None,
+    decompressor: zstandard.ZstdDecompressor | None = None,
+) -> bytes:
+    """Decompress exactly one zstd frame whose declared size is at most ``limit`` bytes.
+
+    The size is read from the frame header before anything is allocated; a frame without
+    a declared size, with trailing bytes, or holding other than it declares is refused.
+    """
+    try:
+        declared = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"not a zstd frame: {exc}", oid) from exc
+    if declared < 0 or declared >= 2**63:
+        raise CorruptObject("zstd frame does not declare its content size", oid)
+    if declared > limit:
+        raise CorruptObject(
+            f"frame declares {declared} bytes, more than the {limit}-byte limit", oid
+        )
+    try:
+        data = (decompressor or _decompressor()).decompress(
+            frame, max_output_size=max(declared, 1), allow_extra_data=False
+        )
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"damaged zstd frame: {exc}", oid) from exc
+    if len(data) != declared:
+        raise CorruptObject("zstd frame holds other than it declares", oid)
+    return data
+
+
+@dataclass(frozen=True)
+class ObjectCodec:
+    """Encodes objects into stored frames and decodes them back, within a size limit."""
+
+    max_object_size: int = DEFAULT_MAX_OBJECT_SIZE
+
+    def check_size(self, body: bytes) -> None:
+        """Refuse a body larger than the limit before any work is done on it."""
+        if len(body) > self.max_object_size:
+            raise InvalidInputError(
+                f"object of {len(body)} bytes exceeds max_object_size={self.max_object_size}"
+            )
+
+    def encode(self, kind: Kind, body: bytes) -> tuple[str, bytes]:
+        """Return ``(oid, frame)`` for an object."""
+        self.check_size(body)
+        data = canonical_form(kind, body)
+        return blake3.blake3(data).hexdigest(), _compressor().compress(data)
+
+    def decode(self, oid: str, frame: bytes) -> tuple[Kind, bytes]:
+        """Decode a stored frame, verify it is the object ``oid``, return ``(kind, body)``."""
+        data = bounded_decompress(frame, self.max_object_size + MAX_HEADER_LENGTH, oid)
+        return parse_canonical(oid, data)

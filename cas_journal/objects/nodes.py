@@ -1,0 +1,316 @@
+"""The structured object kinds: their canonical bodies, strict parsers and references.
+
+Each node type builds its canonical JSON body (empty optional fields omitted) and parses
+one back, refusing anything malformed with CorruptObject. ``references`` lists the oids
+an object points at, which is all that gc, fsck and sync need to know about a kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorruptObject
+from .canonical import canonical_json, parse_json, parse_time
+from .codec import is_oid
+from .kinds import Kind
+
+
+def skip_depth(depth: int) -> int:
+    """Depth of the ancestor an entry at ``depth`` keeps a skip pointer to.
+
+    Clearing the lowest set bits of the depth gives a deterministic skip list: any
+    ancestor is reachable in O(log depth) hops using parent and skip pointers.
+    """
+    if depth < 2:
+        return 0
+    if depth & 1:
+        n = depth - 1
+        n &= n - 1
+        n &= n - 1
+        return n + 1
+    return depth & (depth - 1)
+
+
+class _Reader:
+    """Validating accessors over one parsed JSON object (raise CorruptObject on misuse)."""
+
+    def __init__(self, oid: str | None, body: bytes, what: str) -> None:
+        self.oid = oid
+        self.what = what
+        try:
+            value = parse_json(body)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CorruptObject(f"{what} body is not valid JSON", oid) from exc
+        if not isinstance(value, dict):
+            raise CorruptObject(f"{what} body is not a JSON object", oid)
+        self.value: dict[str, Any] = value
+
+    def fail(self, message: str) -> CorruptObject:
+        return CorruptObject(f"{self.what}: {message}", self.oid)
+
+    def oid_field(self, name: str, required: bool = False) -> str | None:
+        value = self.value.get(name)
+        if value is None and not required:
+            return None
+        if not is_oid(value):
+            raise self.fail(f"field {name!r} is not an object id")
+        return str(value)
+
+    def oid_list(self, name: str) -> tuple[str, ...]:
+        value = self.value.get(name, [])
+        if not isinstance(value, list) or not all(is_oid(item) for item in value):
+            raise self.fail(f"field {name!r} is not a list of object ids")
+        return tuple(value)
+
+    def int_field(self, name: str) -> int:
+        value = self.value.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.fail(f"field {name!r} is not an integer")
+        return value
+
+    def str_field(self, name: str) -> str:
+        value = self.value.get(name, "")
+        if not isinstance(value, str):
+            raise self.fail(f"field {name!r} is not a string")
+        return value
+
+    def time_field(self, name: str) -> str:
+        value = self.value.get(name)
+        try:
+            parse_time(value)  # type: ignore[arg-type]
+        except (ValueError, TypeError) as exc:
+            raise self.fail(f"field {name!r} is not a canonical timestamp") from exc
+        assert isinstance(value, str)
+        return value
+
+    def dict_field(self, name: str) -> dict[str, Any]:
+        value = self.value.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"field {name!r} is not an object")
+        return value
+
+    def only(self, allowed: frozenset[str]) -> None:
+        unknown = set(self.value) - allowed
+        if unknown:
+            raise self.fail(f"unknown fields {sorted(unknown)}")
+
+
+def _compact(fields: dict[str, Any]) -> dict[str, Any]:
+    """Drop empty optional fields (None, "", 0, empty containers) for the canonical form."""
+    return {key: value for key, value in fields.items() if value not in (None, "", 0, [], {})}
+
+
+@dataclass(frozen=True, slots=True)
+class EntryNode:
+    """A journal tree node. Its oid is the entry id; the thread id is deliberately absent."""
+
+    payload: str
+    created_at: str
+    depth: int = 0
+    parent: str | None = None
+    skip: str | None = None
+    turn_id: str = ""
+
+    FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this node."""
+        fields = _compact(
+            {"parent": self.parent, "skip": self.skip, "turn_id": self.turn_id, "depth": self.depth}
+        )
+        fields["payload"] = self.payload
+        fields["created_at"] = self.created_at
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this node points at."""
+        return [ref for ref in (self.parent, self.skip, self.payload) if ref]
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> EntryNode:
+        """Parse and validate an entry body."""
+        r = _Reader(oid, body, "entry")
+        r.only(cls.FIELDS)
+        node = cls(
+            payload=r.oid_field("payload", required=True) or "",
+            created_at=r.time_field("created_at"),
+            depth=r.int_field("depth"),
+            parent=r.oid_field("parent"),
+            skip=r.oid_field("skip"),
+            turn_id=r.str_field("turn_id"),
+        )
+        if node.depth < 0 or (node.parent is None) != (node.depth == 0):
+            raise r.fail("depth and parent disagree")
+        if (node.skip is not None) != (node.depth >= 2):
+            raise r.fail("skip pointer missing or unexpected")
+        return node
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStateNode:
+    """A thread's state: metadata, leaf, every branch head, and the state(s) it follows."""
+
+    meta: dict[str, Any]
+    leaf: str | None = None
+    heads: tuple[str, ...] = ()
+    parents: tuple[str, ...] = ()
+
+    FIELDS = frozenset({"meta", "leaf", "heads", "parents"})
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this state."""
+        fields = _compact(
+            {"leaf": self.leaf, "heads": sorted(self.heads), "parents": list(self.parents)}
+        )
+        fields["meta"] = self.meta
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this state points at."""
+        refs = list(self.parents) + list(self.heads)
+        if self.leaf:
+            refs.append(self.leaf)
+        return refs
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> ThreadStateNode:
+        """Parse and validate a thread-state body."""
+        r = _Reader(oid, body, "thread state")
+        r.only(cls.FIELDS)
+        meta = r.dict_field("meta")
+        if not isinstance(meta.get("id"), str) or not meta["id"]:
+            raise r.fail("metadata has no thread id")
+        return cls(
+            meta=meta,
+            leaf=r.oid_field("leaf"),
+            heads=r.oid_list("heads"),
+            parents=r.oid_list("parents"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointNode:
+    """One saved iteration of a run; ``previous`` links the run's history."""
+
+    run_id: str
+    created_at: str
+    iteration: int = 0
+    task_name: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    message_count: int = 0
+    messages: str | None = None
+    system_prompt: str | None = None
+    previous: str | None = None
+
+    FIELDS = frozenset(
+        {
+            "run_id",
+            "created_at",
+            "iteration",
+            "task_name",
+            "input_tokens",
+            "output_tokens",
+            "message_count",
+            "messages",
+            "system_prompt",
+            "previous",
+        }
+    )
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this checkpoint."""
+        fields = _compact(
+            {
+                "iteration": self.iteration,
+                "task_name": self.task_name,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "message_count": self.message_count,
+                "messages": self.messages,
+                "system_prompt": self.system_prompt,
+                "previous": self.previous,
+            }
+        )
+        fields["run_id"] = self.run_id
+        fields["created_at"] = self.created_at
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this checkpoint points at."""
+        return [ref for ref in (self.previous, self.messages, self.system_prompt) if ref]
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> CheckpointNode:
+        """Parse and validate a checkpoint body."""
+        r = _Reader(oid, body, "checkpoint")
+        r.only(cls.FIELDS)
+        node = cls(
+            run_id=r.str_field("run_id"),
+            created_at=r.time_field("created_at"),
+            iteration=r.int_field("iteration"),
+            task_name=r.str_field("task_name"),
+            input_tokens=r.int_field("input_tokens"),
+            output_tokens=r.int_field("output_tokens"),
+            message_count=r.int_field("message_count"),
+            messages=r.oid_field("messages"),
+            system_prompt=r.oid_field("system_prompt"),
+            previous=r.oid_field("previous"),
+        )
+        if not node.run_id:
+            raise r.fail("run id is empty")
+        if node.message_count < 0 or (node.messages is None) != (node.message_count == 0):
+            raise r.fail("message count and message chain disagree")
+        return node
+
+
+@dataclass(frozen=True, slots=True)
+class MessageNode:
+    """One link of a checkpoint message chain: the message blob and the previous link."""
+
+    message: str
+    parent: str | None = None
+
+    FIELDS = frozenset({"message", "parent"})
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this link."""
+        fields = _compact({"parent": self.parent})
+        fields["message"] = self.message
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this link points at."""
+        return [self.message] + ([self.parent] if self.parent else [])
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> MessageNode:
+        """Parse and validate a message-node body."""
+        r = _Reader(oid, body, "message node")
+        r.only(cls.FIELDS)
+        return cls(
+            message=r.oid_field("message", required=True) or "", parent=r.oid_field("parent")
+        )
+
+
+Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode
+
+_PARSERS: dict[Kind, Any] = {
+    Kind.ENTRY: EntryNode.parse,
+    Kind.THREAD: ThreadStateNode.parse,
+    Kind.CHECKPOINT: CheckpointNode.parse,
+    Kind.MESSAGE: MessageNode.parse,
+}
+
+
+def parse_node(kind: Kind, body: bytes, oid: str | None = None) -> Node | None:
+    """Parse a structured object; blobs (opaque bytes) give None."""
+    parser = _PARSERS.get(kind)
+    return None if parser is None else parser(body, oid)
+
+
+def references(kind: Kind, body: bytes, oid: str | None = None) -> list[str]:
+    """The oids an object points at (none for blobs). Raises CorruptObject if malformed."""
+    node = parse_node(kind, body, oid)
+    return [] if node is None else node.references()

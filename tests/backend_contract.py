@@ -1,0 +1,222 @@
+"""One contract every backend passes: subclass StoreContract and provide the fixtures.
+
+A subclass defines ``make_store`` (a fresh, empty store), ``reopen`` (a second handle on
+the same data) and ``corrupt`` (damage one stored object's bytes).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cas_journal.backends import Store
+from cas_journal.errors import CorruptObject, InvalidInputError, ObjectNotFound
+from cas_journal.objects import Kind, object_id
+
+HOSTILE_NAMES = [
+    "../x",
+    "../../etc/passwd",
+    "a/b",
+    "a_b",
+    "a%2Fb",
+    "A",
+    "a",
+    ".",
+    "..",
+    " ",
+    "tab\there",
+    "new\nline",
+    "\u00e9t\u00e9",
+    "\U0001f600",
+    "x" * 1024,
+    "\u00e9" * 512,
+    "con",
+    "-",
+    "+",
+    "%",
+]
+
+
+class StoreContract:
+    """The shared contract suite."""
+
+    def make_store(self, tmp_path) -> Store:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def reopen(self, store: Store) -> Store:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def corrupt(self, store: Store, oid: str) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        store = self.make_store(tmp_path)
+        yield store
+        store.close()
+
+    # -- objects ----------------------------------------------------------------------
+
+    def test_put_get_round_trip(self, store):
+        oid = store.objects.put(Kind.BLOB, b"hello")
+        assert oid == object_id(Kind.BLOB, b"hello")
+        assert store.objects.get(oid) == (Kind.BLOB, b"hello")
+        assert store.objects.has(oid)
+
+    def test_put_is_idempotent(self, store):
+        first = store.objects.put(Kind.ENTRY, b"{}")
+        second = store.objects.put(Kind.ENTRY, b"{}")
+        assert first == second
+        assert list(store.objects.iter_oids()).count(first) == 1
+
+    def test_missing_object(self, store):
+        absent = "f" * 64
+        assert not store.objects.has(absent)
+        with pytest.raises(ObjectNotFound):
+            store.objects.get(absent)
+        with pytest.raises(KeyError):
+            store.objects.get(absent)
+        assert store.objects.missing([absent]) == {absent}
+
+    def test_put_many_keeps_order_and_batches(self, store):
+        items = [(Kind.BLOB, b"item %d" % i) for i in range(300)]
+        oids = store.objects.put_many(items)
+        assert oids == [object_id(kind, body) for kind, body in items]
+        for oid, (kind, body) in zip(oids, items, strict=True):
+            assert store.objects.get(oid) == (kind, body)
+        assert set(oids) <= set(store.objects.iter_oids())
+        assert store.objects.missing(oids) == set()
+
+    def test_delete(self, store):
+        oid = store.objects.put(Kind.BLOB, b"doomed")
+        store.objects.delete(oid)
+        assert not store.objects.has(oid)
+        store.objects.delete(oid)  # idempotent
+
+    def test_large_object_round_trip(self, store):
+        body = bytes(range(256)) * 4096
+        oid = store.objects.put(Kind.BLOB, body)
+        assert store.objects.get(oid) == (Kind.BLOB, body)
+
+    def test_oversized_object_is_refused(self, store):
+        with pytest.raises(InvalidInputError):
+            store.objects.put(Kind.BLOB, b"x" * (store.objects.codec.max_object_size + 1))
+
+    def test_corrupt_object_is_detected(self, store):
+        oid = store.objects.put(Kind.BLOB, b"precious data")
+        self.corrupt(store, oid)
+        with pytest.raises(CorruptObject) as info:
+            store.objects.get(oid)
+        assert info.value.oid == oid
+
+    def test_data_survives_reopen(self, store):
+        oid = store.objects.put(Kind.BLOB, b"kept")
+        assert store.refs.set_if_equals("threads/t", None, oid)
+        again = self.reopen(store)
+        assert again.objects.get(oid) == (Kind.BLOB, b"kept")
+        assert again.refs.read_ref("threads/t") == oid
+
+    # -- refs -------------------------------------------------------------------------
+
+    def test_compare_and_swap(self, store):
+        refs = store.refs
+        a, b = "a" * 64, "b" * 64
+        assert refs.read_ref("threads/x") is None
+        assert refs.set_if_equals("threads/x", None, a, "create")
+        assert not refs.set_if_equals("threads/x", None, b, "create again")
+        assert not refs.set_if_equals("threads/x", b, a, "wrong old")
+        assert refs.read_ref("threads/x") == a
+        assert refs.set_if_equals("threads/x", a, b, "move")
+        assert refs.read_ref("threads/x") == b
+        assert not refs.set_if_equals("threads/x", a, None, "stale delete")
+        assert refs.set_if_equals("threads/x", b, None, "delete")
+        assert refs.read_ref("threads/x") is None
+
+    def test_reflog_records_every_update_and_outlives_the_ref(self, store):
+        refs = store.refs
+        a, b = "a" * 64, "b" * 64
+        before = datetime.now(UTC) - timedelta(seconds=1)
+        refs.set_if_equals("threads/x", None, a, "create")
+        refs.set_if_equals("threads/x", a, b, "append")
+        refs.set_if_equals("threads/x", b, None, "delete")
+        log = refs.reflog("threads/x")
+        assert [(e.old, e.new, e.reason) for e in log] == [
+            (None, a, "create"),
+            (a, b, "append"),
+            (b, None, "delete"),
+        ]
+        assert all(e.time >= before and e.time.tzinfo is not None for e in log)
+        assert refs.reflog_names("threads/") == ["threads/x"]
+        dropped = refs.rewrite_reflog("threads/x", lambda e: e.reason != "append")
+        assert dropped == 1
+        assert [e.reason for e in refs.reflog("threads/x")] == ["create", "delete"]
+
+    def test_unlogged_updates(self, store):
+        assert store.refs.set_if_equals("leases/x", None, '{"a":1}', log=False)
+        assert store.refs.reflog("leases/x") == []
+
+    def test_list_refs_sorted_with_cursor(self, store):
+        names = ["threads/b", "threads/a", "threads/a/b", "threads/\u00e9", "threads/A", "other/z"]
+        for name in names:
+            assert store.refs.set_if_equals(name, None, "v")
+        listed = store.refs.list_refs("threads/")
+        assert listed == sorted(n for n in names if n.startswith("threads/"))
+        assert store.refs.list_refs("threads/", start_after="threads/a") == listed[2:]
+        assert store.refs.list_refs("threads/", limit=2) == listed[:2]
+        assert store.refs.list_refs("threads/a") == ["threads/a", "threads/a/b"]
+
+    @pytest.mark.parametrize("name", HOSTILE_NAMES)
+    def test_hostile_names_round_trip_without_collisions(self, store, name):
+        refs = store.refs
+        full = f"threads/{name}"
+        assert refs.set_if_equals(full, None, "v1")
+        assert refs.read_ref(full) == "v1"
+        assert refs.list_refs("threads/") == [full]
+        assert refs.list_refs("checkpoints/") == []
+        # every other hostile name is still free
+        for other in HOSTILE_NAMES:
+            if other != name:
+                assert refs.read_ref(f"threads/{other}") is None
+
+    def test_all_hostile_names_coexist(self, store):
+        for i, name in enumerate(HOSTILE_NAMES):
+            assert store.refs.set_if_equals(f"threads/{name}", None, f"v{i}")
+        for i, name in enumerate(HOSTILE_NAMES):
+            assert store.refs.read_ref(f"threads/{name}") == f"v{i}"
+        assert store.refs.list_refs("threads/") == sorted(f"threads/{n}" for n in HOSTILE_NAMES)
+
+    @pytest.mark.parametrize(
+        "bad", ["threads/", "threads/a\0b", "", "noslash", "Bad/x", "x" * 3000]
+    )
+    def test_invalid_names_are_value_errors(self, store, bad):
+        with pytest.raises(ValueError):
+            store.refs.set_if_equals(bad, None, "v")
+        with pytest.raises(ValueError):
+            store.refs.read_ref(bad)
+
+    @pytest.mark.parametrize("bad", ["", "two\nlines", "nul\0"])
+    def test_invalid_values_are_refused(self, store, bad):
+        with pytest.raises(ValueError):
+            store.refs.set_if_equals("threads/x", None, bad)
+        assert store.refs.read_ref("threads/x") is None
+
+    def test_threads_racing_on_one_ref_lose_no_increment(self, store):
+        refs = store.refs
+        refs.set_if_equals("threads/counter", None, "0")
+
+        def work():
+            for _ in range(100):
+                while True:
+                    current = refs.read_ref("threads/counter")
+                    if refs.set_if_equals("threads/counter", current, str(int(current) + 1)):
+                        break
+
+        workers = [threading.Thread(target=work) for _ in range(6)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert refs.read_ref("threads/counter") == "600"
+        assert len(refs.reflog("threads/counter")) == 601
