@@ -39,7 +39,7 @@ class TestLocalStore(StoreContract):
         return LocalStore(store.root, durable=False, create=False)
 
     def corrupt(self, store, oid):
-        path = store.objects.loose_path(oid)
+        path = Path(store.objects.loose_path(oid))
         data = bytearray(path.read_bytes())
         data[-3] ^= 0xFF
         path.chmod(0o644)

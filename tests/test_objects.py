@@ -206,3 +206,47 @@ def test_skip_depths_point_strictly_backwards_and_reach_fast():
             depth = skip_depth(depth) if depth >= 2 else depth - 1
             hops += 1
         assert hops <= 40
+
+
+def test_golden_entries():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "fixtures"))
+    from make_golden_entries import build
+
+    pinned = json.loads(
+        (Path(__file__).parent.parent / "fixtures" / "golden_entries.json").read_text()
+    )
+    assert len(pinned) >= 8
+    assert build() == pinned
+
+
+oids = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+
+
+@given(
+    payload=oids,
+    depth=st.integers(0, 10**6),
+    parent=oids,
+    skip=oids,
+    turn_id=st.text(max_size=30),
+    seconds=st.integers(0, 10**10),
+)
+def test_fast_entry_body_equals_the_generic_encoding(
+    payload, depth, parent, skip, turn_id, seconds
+):
+    from datetime import UTC, datetime, timedelta
+
+    from cas_journal.objects import format_time
+
+    created = format_time(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=seconds))
+    node = EntryNode(
+        payload=payload,
+        created_at=created,
+        depth=depth,
+        parent=parent if depth else None,
+        skip=skip if depth >= 2 else None,
+        turn_id=turn_id,
+    )
+    assert node.body() == node.generic_body()
+    assert EntryNode.parse(node.body()) == node

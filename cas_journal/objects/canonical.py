@@ -40,16 +40,19 @@ def ensure_utc(moment: datetime) -> datetime:
         raise InvalidInputError(
             f"datetime {moment!r} has no timezone; pass an aware datetime (e.g. UTC)"
         )
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInputError(f"datetime {moment!r} is out of range in UTC") from exc
 
 
 def format_time(moment: datetime) -> str:
     """The canonical text of an instant: ``2026-01-02T03:04:05.000006Z``."""
-    m = ensure_utc(moment)
-    return (
-        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T"
-        f"{m.hour:02d}:{m.minute:02d}:{m.second:02d}.{m.microsecond:06d}Z"
-    )
+    if moment.tzinfo is not UTC:
+        moment = ensure_utc(moment)
+    # isoformat pads the year to four digits and, with timespec, always writes micros;
+    # the UTC offset it appends is always "+00:00" here
+    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def parse_time(text: str) -> datetime:

@@ -41,9 +41,12 @@ def require_oid(value: object, what: str = "object id") -> str:
     return value
 
 
+_TAGS = {kind: kind.value.encode("ascii") + b" " for kind in Kind}
+
+
 def object_header(kind: Kind, body_length: int) -> bytes:
     """The canonical header that precedes the body: ``b"entry 123\\0"``."""
-    return b"%s %d\0" % (kind.value.encode("ascii"), body_length)
+    return b"%s%d\0" % (_TAGS[kind], body_length)
 
 
 def canonical_form(kind: Kind, body: bytes) -> bytes:
@@ -53,7 +56,7 @@ def canonical_form(kind: Kind, body: bytes) -> bytes:
 
 def object_id(kind: Kind, body: bytes) -> str:
     """The oid of an object: BLAKE3-256 hex of its canonical form."""
-    hasher = blake3.blake3(object_header(kind, len(body)))
+    hasher = blake3.blake3(b"%s%d\0" % (_TAGS[kind], len(body)))
     hasher.update(body)
     return hasher.hexdigest()
 

@@ -7,7 +7,6 @@ import errno
 import os
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 from ...errors import StorageError
 
@@ -33,9 +32,12 @@ def storage_errors(what: str) -> Iterator[None]:
         raise StorageError(f"{what} failed: {reason}") from exc
 
 
-def temp_name(directory: Path, hint: str = "") -> Path:
+StrPath = str | os.PathLike[str]
+
+
+def temp_name(directory: StrPath, hint: str = "") -> str:
     """A fresh hidden temp-file path inside ``directory`` (never a valid object/ref name)."""
-    return directory / f".tmp-{hint}{secrets.token_hex(8)}"
+    return f"{os.fspath(directory)}{os.sep}.tmp-{hint}{secrets.token_hex(8)}"
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -46,7 +48,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: StrPath) -> None:
     """Make renames and unlinks inside ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -55,7 +57,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_new_file(path: Path, data: bytes, durable: bool, mode: int = 0o444) -> None:
+def write_new_file(path: StrPath, data: bytes, durable: bool, mode: int = 0o444) -> None:
     """Create ``path`` exclusively and fill it; on failure remove the partial file."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -70,9 +72,10 @@ def write_new_file(path: Path, data: bytes, durable: bool, mode: int = 0o444) ->
     os.close(fd)
 
 
-def atomic_replace(path: Path, data: bytes, durable: bool, mode: int = 0o644) -> None:
+def atomic_replace(path: StrPath, data: bytes, durable: bool, mode: int = 0o644) -> None:
     """Write ``data`` to a temp file beside ``path`` and rename it over ``path``."""
-    tmp = temp_name(path.parent)
+    directory = os.path.dirname(os.fspath(path))
+    tmp = temp_name(directory)
     write_new_file(tmp, data, durable, mode)
     try:
         os.replace(tmp, path)
@@ -81,4 +84,4 @@ def atomic_replace(path: Path, data: bytes, durable: bool, mode: int = 0o644) ->
             os.unlink(tmp)
         raise
     if durable:
-        fsync_dir(path.parent)
+        fsync_dir(directory)

@@ -32,6 +32,7 @@ class LocalObjectStore(ObjectStore):
         self.codec = codec
         self.durable = durable
         self.loose_dir = root / "objects"
+        self._loose_prefix = f"{self.loose_dir}{os.sep}"
         self.packs_dir = root / "packs"
         self.cache = BlockCache()
         self._packs: dict[str, PackReader] = {}
@@ -88,21 +89,21 @@ class LocalObjectStore(ObjectStore):
 
     # -- loose objects ----------------------------------------------------------------
 
-    def loose_path(self, oid: str) -> Path:
+    def loose_path(self, oid: str) -> str:
         """Where the loose copy of ``oid`` lives (whether or not it exists)."""
-        return self.loose_dir / oid[:2] / oid[2:]
+        return f"{self._loose_prefix}{oid[:2]}/{oid[2:]}"
 
-    def _write_loose(self, oid: str, frame: bytes, dirty: set[Path]) -> None:
+    def _write_loose(self, oid: str, frame: bytes, dirty: set[str]) -> None:
         path = self.loose_path(oid)
         if os.path.exists(path):
             return
-        directory = path.parent
+        directory = self._loose_prefix + oid[:2]
         tmp = temp_name(directory, oid[2:10] + "-")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         except FileNotFoundError:
-            directory.mkdir(parents=True, exist_ok=True)
-            dirty.add(directory.parent)
+            os.makedirs(directory, exist_ok=True)
+            dirty.add(str(self.loose_dir))
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             write_all(fd, frame)
@@ -149,10 +150,14 @@ class LocalObjectStore(ObjectStore):
             new = [
                 (oid, kind, body)
                 for oid, (kind, body) in zip(oids, items, strict=True)
-                if self._find_in_packs(oid) is None and not os.path.exists(self.loose_path(oid))
+                if self._find_in_packs(oid) is None
             ]
             for _, _, body in new:
                 self.codec.check_size(body)
+            # A big batch becomes one pack; a loose copy it duplicates is harmless and goes
+            # at the next pack or gc. Small batches skip objects that exist loose.
+            if len(new) < PACK_THRESHOLD:
+                new = [item for item in new if not os.path.exists(self.loose_path(item[0]))]
             if len(new) >= PACK_THRESHOLD:
                 self.packs_dir.mkdir(exist_ok=True)
                 write_pack(
@@ -162,12 +167,12 @@ class LocalObjectStore(ObjectStore):
                 )
                 self.refresh_packs()
             else:
-                dirty: set[Path] = set()
+                dirty: set[str] = set()
                 for oid, kind, body in new:
                     _, frame = self.codec.encode(kind, body)
                     self._write_loose(oid, frame, dirty)
                 if self.durable:
-                    for directory in sorted(dirty, key=lambda p: len(p.parts), reverse=True):
+                    for directory in sorted(dirty, key=len, reverse=True):
                         fsync_dir(directory)
         return oids
 

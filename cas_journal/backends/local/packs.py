@@ -23,6 +23,7 @@ and then its index into place, both already synced, so a reader never sees a par
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -359,8 +360,8 @@ def write_pack(
             fsync_dir(directory)
     except BaseException:
         for leftover in (tmp_pack, tmp_index):
-            if leftover.exists():
-                leftover.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
         raise
     return index_path
 

@@ -86,18 +86,23 @@ class _StripeLocks:
 
 
 def _format_line(entry: ReflogEntry) -> bytes:
+    # Each record starts with a newline, so a record torn by a crash never swallows the
+    # next one; readers skip empty and torn (non-JSON) segments.
     record = {
         "old": entry.old or "",
         "new": entry.new or "",
         "time": format_time(entry.time),
         "reason": entry.reason,
     }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    return b"\n" + json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _parse_line(line: bytes, where: str) -> ReflogEntry:
+def _parse_line(line: bytes, where: str) -> ReflogEntry | None:
     try:
         record = json.loads(line)
+    except ValueError:
+        return None  # torn by a crash mid-append
+    try:
         return ReflogEntry(
             old=record["old"] or None,
             new=record["new"] or None,
@@ -116,16 +121,27 @@ class LocalRefStore(RefStore):
         self.logs_dir = root / "logs"
         self.durable = durable
         self._locks = _StripeLocks(root / "locks")
+        self._path_cache: dict[str, tuple[str, str]] = {}
 
-    def _ref_path(self, name: str) -> Path:
-        namespace, rest = split_ref_name(name)
-        return self.refs_dir.joinpath(namespace, *name_to_parts(rest))
+    def _paths(self, name: str) -> tuple[str, str]:
+        """``(ref file, reflog file)`` of a ref name (validated; cached)."""
+        found = self._path_cache.get(name)
+        if found is None:
+            namespace, rest = split_ref_name(name)
+            relative = os.path.join(namespace, *name_to_parts(rest))
+            found = (os.path.join(self.refs_dir, relative), os.path.join(self.logs_dir, relative))
+            if len(self._path_cache) > 4096:
+                self._path_cache.clear()
+            self._path_cache[name] = found
+        return found
 
-    def _log_path(self, name: str) -> Path:
-        namespace, rest = split_ref_name(name)
-        return self.logs_dir.joinpath(namespace, *name_to_parts(rest))
+    def _ref_path(self, name: str) -> str:
+        return self._paths(name)[0]
 
-    def _read(self, path: Path, name: str) -> str | None:
+    def _log_path(self, name: str) -> str:
+        return self._paths(name)[1]
+
+    def _read(self, path: str, name: str) -> str | None:
         try:
             with open(path, "rb") as f:
                 data = f.read(70 * 1024)
@@ -157,12 +173,12 @@ class LocalRefStore(RefStore):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                 if self.durable:
-                    fsync_dir(path.parent)
+                    fsync_dir(os.path.dirname(path))
             else:
                 try:
                     atomic_replace(path, new.encode("utf-8") + b"\n", self.durable)
                 except FileNotFoundError:
-                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
                     atomic_replace(path, new.encode("utf-8") + b"\n", self.durable)
                     if self.durable:
                         fsync_dir(self.refs_dir)
@@ -171,16 +187,12 @@ class LocalRefStore(RefStore):
     def _append_log(self, name: str, entry: ReflogEntry) -> None:
         path = self._log_path(name)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            line = _format_line(entry)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line  # a crash tore the previous line; keep ours whole
-            write_all(fd, line)
+            write_all(fd, _format_line(entry))
             if self.durable:
                 os.fsync(fd)
         finally:
@@ -225,9 +237,8 @@ class LocalRefStore(RefStore):
                 data = f.read()
         except (FileNotFoundError, NotADirectoryError):
             return []
-        lines = data.split(b"\n")
-        # the last element is b"" for a complete file, or a line torn by a crash: skip it
-        return [_parse_line(line, repr(name)) for line in lines[:-1] if line]
+        parsed = (_parse_line(line, repr(name)) for line in data.split(b"\n") if line)
+        return [entry for entry in parsed if entry is not None]
 
     def reflog_names(self, prefix: str) -> list[str]:
         with storage_errors("listing reflogs"):
@@ -241,7 +252,7 @@ class LocalRefStore(RefStore):
             if len(kept) == len(entries):
                 return 0
             if kept:
-                atomic_replace(path, b"".join(_format_line(e) for e in kept), self.durable)
+                atomic_replace(path, b"".join(map(_format_line, kept)), self.durable)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)

@@ -1,0 +1,225 @@
+"""Run checkpoints, deduplicated: a run's message list saved every iteration.
+
+Each message is a blob; a chain of message nodes (message blob + previous node) spells
+the list, so two lists with a common prefix share every node of it. A checkpoint object
+holds the run metadata, the last node of its chain and the previous checkpoint of the
+run, and ``checkpoints/<run>`` points at the newest: saving iteration k+1 costs only the
+messages that are new or changed since iteration k, and no iteration is overwritten.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from typing import Any
+
+from ..backends import Store
+from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef, InvalidInputError
+from ..names import validate_id
+from ..objects import (
+    CheckpointNode,
+    Kind,
+    MessageNode,
+    canonical_json,
+    ensure_utc,
+    format_time,
+    is_oid,
+    object_id,
+    parse_time,
+    utc_now,
+)
+from .cache import BoundedCache
+from .commit import MAX_ATTEMPTS
+from .models import Checkpoint
+from .state import CHECKPOINT_PREFIX
+
+
+def checkpoint_ref(run_id: str) -> str:
+    """The ref name of a run (validating the id)."""
+    return CHECKPOINT_PREFIX + validate_id(run_id, "run id")
+
+
+class CheckpointStore:
+    """save / load / has_checkpoint / delete / list / history for run checkpoints."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._nodes: BoundedCache[str, CheckpointNode] = BoundedCache(4096)
+        self._links: BoundedCache[str, MessageNode] = BoundedCache(1 << 16)
+
+    # -- reading objects -----------------------------------------------------------------
+
+    def _get(self, oid: str, kind: Kind) -> bytes:
+        found, body = self.store.objects.get(oid)
+        if found is not kind:
+            raise CorruptObject(f"expected a {kind.value}, found a {found.value}", oid)
+        return body
+
+    def node(self, oid: str) -> CheckpointNode:
+        """A checkpoint object, parsed and cached."""
+        node = self._nodes.get(oid)
+        if node is None:
+            node = self._nodes.put(oid, CheckpointNode.parse(self._get(oid, Kind.CHECKPOINT), oid))
+        return node
+
+    def _link(self, oid: str) -> MessageNode:
+        link = self._links.get(oid)
+        if link is None:
+            link = self._links.put(oid, MessageNode.parse(self._get(oid, Kind.MESSAGE), oid))
+        return link
+
+    def _head(self, run_id: str) -> str | None:
+        name = checkpoint_ref(run_id)
+        value = self.store.refs.read_ref(name)
+        if value is not None and not is_oid(value):
+            raise CorruptRef(f"ref {name!r} does not hold an object id")
+        return value
+
+    def _metadata(self, oid: str, node: CheckpointNode) -> Checkpoint:
+        return Checkpoint(
+            run_id=node.run_id,
+            task_name=node.task_name,
+            iteration=node.iteration,
+            input_tokens=node.input_tokens,
+            output_tokens=node.output_tokens,
+            created_at=parse_time(node.created_at),
+            message_count=node.message_count,
+            system_prompt=self._text(node.system_prompt),
+        )
+
+    def _text(self, oid: str | None) -> str:
+        if oid is None:
+            return ""
+        try:
+            return self._get(oid, Kind.BLOB).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptObject("system prompt is not UTF-8", oid) from exc
+
+    def _messages(self, last: str | None, count: int) -> list[dict[str, Any]]:
+        blobs: list[str] = []
+        current = last
+        while current is not None:
+            link = self._link(current)
+            blobs.append(link.message)
+            current = link.parent
+        if len(blobs) != count:
+            raise CorruptObject(f"message chain has {len(blobs)} links, expected {count}", last)
+        blobs.reverse()
+        messages = []
+        for oid in blobs:
+            try:
+                value = json.loads(self._get(oid, Kind.BLOB))
+            except ValueError as exc:
+                raise CorruptObject("checkpoint message is not JSON", oid) from exc
+            if not isinstance(value, dict):
+                raise CorruptObject("checkpoint message is not a JSON object", oid)
+            messages.append(value)
+        return messages
+
+    # -- the API -------------------------------------------------------------------------
+
+    def save(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Save one iteration; returns it with created_at and message_count filled in."""
+        name = checkpoint_ref(checkpoint.run_id)
+        created = ensure_utc(checkpoint.created_at) if checkpoint.created_at else utc_now()
+        links: list[tuple[str, bytes, bytes]] = []  # node oid, node body, message body
+        parent: str | None = None
+        for index, message in enumerate(checkpoint.messages):
+            if not isinstance(message, dict):
+                raise InvalidInputError(f"message {index} is not a JSON object")
+            body = canonical_json(message)
+            link = MessageNode(object_id(Kind.BLOB, body), parent).body()
+            parent = object_id(Kind.MESSAGE, link)
+            links.append((parent, link, body))
+        first_new = self._first_missing([oid for oid, _, _ in links])
+        objects: list[tuple[Kind, bytes]] = []
+        if first_new > 0:  # re-put the last shared link: it freshens it for gc's grace period
+            objects.append((Kind.MESSAGE, links[first_new - 1][1]))
+        for _, link, body in links[first_new:]:
+            objects += [(Kind.BLOB, body), (Kind.MESSAGE, link)]
+        prompt_oid = None
+        if checkpoint.system_prompt:
+            prompt = checkpoint.system_prompt.encode("utf-8")
+            prompt_oid = object_id(Kind.BLOB, prompt)
+            objects.append((Kind.BLOB, prompt))
+        for _ in range(MAX_ATTEMPTS):
+            previous = self._head(checkpoint.run_id)
+            node = CheckpointNode(
+                run_id=checkpoint.run_id,
+                created_at=format_time(created),
+                iteration=checkpoint.iteration,
+                task_name=checkpoint.task_name,
+                input_tokens=checkpoint.input_tokens,
+                output_tokens=checkpoint.output_tokens,
+                message_count=len(links),
+                messages=parent,
+                system_prompt=prompt_oid,
+                previous=previous,
+            )
+            body = node.body()
+            oid = object_id(Kind.CHECKPOINT, body)
+            self.store.objects.put_many([*objects, (Kind.CHECKPOINT, body)])
+            if self.store.refs.set_if_equals(name, previous, oid, f"save {checkpoint.iteration}"):
+                return checkpoint.model_copy(
+                    update={"created_at": parse_time(node.created_at), "message_count": len(links)}
+                )
+            objects = []
+        raise ConflictError(f"run {checkpoint.run_id!r} kept changing; checkpoint not saved")
+
+    def _first_missing(self, chain: list[str]) -> int:
+        """Index of the first link not stored (links before it are, by the closure rule)."""
+        lo, hi = 0, len(chain)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.store.objects.has(chain[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def load(self, run_id: str, iteration: int | None = None) -> Checkpoint:
+        """The newest checkpoint of a run (or the newest at ``iteration``), with its messages."""
+        for oid, node in self._walk(run_id):
+            if iteration is None or node.iteration == iteration:
+                checkpoint = self._metadata(oid, node)
+                checkpoint.messages = self._messages(node.messages, node.message_count)
+                return checkpoint
+        raise CheckpointNotFound(f"no checkpoint for run {run_id!r} at iteration {iteration}")
+
+    def _walk(self, run_id: str) -> Any:
+        current = self._head(run_id)
+        if current is None:
+            raise CheckpointNotFound(f"no checkpoint for run {run_id!r}")
+        while current is not None:
+            node = self.node(current)
+            yield current, node
+            current = node.previous
+
+    def has_checkpoint(self, run_id: str) -> bool:
+        """True if the run has a checkpoint."""
+        return self._head(run_id) is not None
+
+    def delete(self, run_id: str) -> None:
+        """Remove the run's ref (idempotent; restorable from the reflog until gc expires it)."""
+        name = checkpoint_ref(run_id)
+        while True:
+            current = self.store.refs.read_ref(name)
+            if current is None or self.store.refs.set_if_equals(name, current, None, "delete"):
+                return
+
+    def list(self) -> list[Checkpoint]:
+        """Every run's newest checkpoint, newest first; metadata only (messages not read)."""
+        found = []
+        for name in self.store.refs.list_refs(CHECKPOINT_PREFIX):
+            value = self.store.refs.read_ref(name)
+            if value is None:
+                continue
+            if not is_oid(value):
+                raise CorruptRef(f"ref {name!r} does not hold an object id")
+            found.append(self._metadata(value, self.node(value)))
+        found.sort(key=lambda c: (-(c.created_at or utc_now()).timestamp(), c.run_id))
+        return found
+
+    def history(self, run_id: str) -> builtins.list[Checkpoint]:
+        """Every saved iteration of a run, newest first; metadata only (use ``load`` for one)."""
+        return [self._metadata(oid, node) for oid, node in self._walk(run_id)]

@@ -1,0 +1,121 @@
+"""The entry tree as stored: node loading (cached), ancestor checks, paths, reachability.
+
+Every entry node records its depth and, from depth 2 on, a skip pointer to an earlier
+ancestor (see ``skip_depth``). ``ancestor_at`` therefore reaches any ancestor in
+O(log depth) hops, which keeps membership checks cheap however long a thread grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..backends import ObjectStore
+from ..errors import EntryNotFound, ObjectNotFound
+from ..objects import EntryNode, Kind, is_oid, skip_depth
+from .cache import BoundedCache
+
+NODE_CACHE_SIZE = 1 << 17
+
+
+class EntryGraph:
+    """Read-only view of the entry nodes in an object store."""
+
+    def __init__(self, objects: ObjectStore) -> None:
+        self.objects = objects
+        self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
+
+    def node(self, oid: str) -> EntryNode:
+        """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent."""
+        node = self._cache.get(oid)
+        if node is None:
+            kind, body = self.objects.get(oid)
+            if kind is not Kind.ENTRY:
+                raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")
+            node = self._cache.put(oid, EntryNode.parse(body, oid))
+        return node
+
+    def remember(self, oid: str, node: EntryNode) -> None:
+        """Cache the node of an entry that was just stored."""
+        self._cache.put(oid, node)
+
+    def find(self, oid: str) -> EntryNode | None:
+        """The node of ``oid`` if it is an entry in this store, else None."""
+        if not is_oid(oid):
+            return None
+        try:
+            return self.node(oid)
+        except (ObjectNotFound, EntryNotFound):
+            return None
+
+    def ancestor_at(
+        self, oid: str, depth: int, pending: Mapping[str, EntryNode] | None = None
+    ) -> str:
+        """The ancestor of ``oid`` at ``depth`` (``oid`` itself at its own depth).
+
+        ``pending`` holds nodes not stored yet (a batch being built).
+        """
+
+        def lookup(key: str) -> EntryNode:
+            found = pending.get(key) if pending else None
+            return found if found is not None else self.node(key)
+
+        node = lookup(oid)
+        if depth > node.depth or depth < 0:
+            raise ValueError(f"no ancestor at depth {depth} of an entry at depth {node.depth}")
+        current = oid
+        while node.depth > depth:
+            if node.skip is not None and skip_depth(node.depth) >= depth:
+                current = node.skip
+            else:
+                assert node.parent is not None
+                current = node.parent
+            node = lookup(current)
+        return current
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """True if ``ancestor`` is ``descendant`` or one of its ancestors."""
+        target = self.find(ancestor)
+        if target is None:
+            return False
+        if self.node(descendant).depth < target.depth:
+            return False
+        return self.ancestor_at(descendant, target.depth) == ancestor
+
+    def contains(self, heads: Iterable[str], oid: str, leaf: str | None = None) -> bool:
+        """True if ``oid`` is reachable from any head (the leaf is tried first)."""
+        target = self.find(oid)
+        if target is None:
+            return False
+        ordered = ([leaf] if leaf else []) + [h for h in heads if h != leaf]
+        for head in ordered:
+            node = self.node(head)
+            if node.depth >= target.depth and self.ancestor_at(head, target.depth) == oid:
+                return True
+        return False
+
+    def path(self, leaf: str | None) -> list[str]:
+        """Entry ids from the root to ``leaf`` (empty for no leaf)."""
+        out: list[str] = []
+        current = leaf
+        while current is not None:
+            out.append(current)
+            current = self.node(current).parent
+        out.reverse()
+        return out
+
+    def reachable(self, heads: Iterable[str]) -> set[str]:
+        """Every entry reachable from the heads."""
+        seen: set[str] = set()
+        for head in heads:
+            current: str | None = head
+            while current is not None and current not in seen:
+                seen.add(current)
+                current = self.node(current).parent
+        return seen
+
+    def require(self, oid: str, what: str = "entry") -> EntryNode:
+        """The node of ``oid``; EntryNotFound if no such entry is stored."""
+        node = self.find(oid)
+        if node is None:
+            raise EntryNotFound(f"{what} {oid!r} not found")
+        return node

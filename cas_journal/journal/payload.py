@@ -1,0 +1,131 @@
+"""Entry payloads: the canonical JSON (``raw``) of what an entry says, and back.
+
+The payload holds everything about an entry except where it sits in the tree (parent,
+depth), when it was written, its turn and its thread: identical payloads are stored once
+across all threads and runs. ``raw_hash`` is the oid of the payload blob. The model's own
+optional fields are omitted when empty or zero; user-supplied maps (``metadata``) come
+back exactly as given, empty strings included.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any
+
+import blake3
+from pydantic import BaseModel, ValidationError
+
+from ..errors import CorruptObject
+from ..objects import EntryNode, Kind, canonical_json, object_id, parse_time
+from .models import Entry
+
+NODE_FIELDS = frozenset(
+    {"id", "thread_id", "parent_id", "turn_id", "created_at", "raw", "raw_hash"}
+)
+"""Entry fields that live in the entry node (or are derived), not in the payload."""
+PAYLOAD_FIELDS = tuple(name for name in Entry.model_fields if name not in NODE_FIELDS)
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value is False or value in ("", 0, [], {})
+
+
+def compact_model(model: BaseModel) -> dict[str, Any]:
+    """A model as a plain dict without its empty optional fields (nested models kept)."""
+    out: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out[name] = compact_model(value)
+        elif not _is_empty(value):
+            out[name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def payload_dict(entry: Entry) -> dict[str, Any]:
+    """The payload fields of an entry as a plain dict (``type`` always present).
+
+    Fields equal to their (empty or zero) default are left out, recursively; a nested
+    model that is present is kept even when all its fields are empty.
+    """
+    out: dict[str, Any] = entry.model_dump(
+        mode="json", exclude_defaults=True, exclude=set(NODE_FIELDS)
+    )
+    out["type"] = entry.type.value
+    return out
+
+
+def payload_bytes(entry: Entry) -> bytes:
+    """The canonical payload of an entry: the bytes of its payload blob."""
+    return canonical_json(payload_dict(entry))
+
+
+def raw_for_entry(entry: Entry) -> str:
+    """The canonical payload JSON of an entry (what ``Entry.raw`` holds)."""
+    return payload_bytes(entry).decode("utf-8")
+
+
+def stable_hash(text: str) -> str:
+    """BLAKE3-256 hex of a string's UTF-8 bytes."""
+    return blake3.blake3(text.encode("utf-8")).hexdigest()
+
+
+def prepare_entry(entry: Entry) -> Entry:
+    """The entry with ``raw`` (canonical payload JSON) and ``raw_hash`` (its blob oid) set."""
+    raw = payload_bytes(entry)
+    return entry.model_copy(
+        update={"raw": raw.decode("utf-8"), "raw_hash": object_id(Kind.BLOB, raw)}
+    )
+
+
+def parse_payload(oid: str, body: bytes) -> dict[str, Any]:
+    """Validate a payload blob and return its fields; CorruptObject if it is not one."""
+    try:
+        fields = canonical_fields(body)
+        Entry.model_validate(fields)
+    except (ValueError, ValidationError, TypeError) as exc:
+        raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], oid) from exc
+    return fields
+
+
+def canonical_fields(body: bytes) -> dict[str, Any]:
+    """Parse payload JSON into its field dict, refusing keys that are not payload fields."""
+    fields = json.loads(body)
+    if not isinstance(fields, dict) or "type" not in fields:
+        raise ValueError("payload is not an object with a type")
+    unknown = set(fields) - set(PAYLOAD_FIELDS)
+    if unknown:
+        raise ValueError(f"payload has unknown fields {sorted(unknown)}")
+    return fields
+
+
+def build_entry(
+    entry_id: str, node: EntryNode, payload: dict[str, Any], raw: str, thread_id: str = ""
+) -> Entry:
+    """Assemble the public Entry from its node, its payload fields and its raw JSON."""
+    try:
+        return Entry.model_validate(
+            {
+                **payload,
+                "id": entry_id,
+                "thread_id": thread_id,
+                "parent_id": node.parent or "",
+                "turn_id": node.turn_id,
+                "created_at": parse_time(node.created_at),
+                "raw": raw,
+                "raw_hash": node.payload,
+            }
+        )
+    except ValidationError as exc:
+        raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], entry_id) from exc

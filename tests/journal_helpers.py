@@ -1,0 +1,66 @@
+"""Helpers shared by the journal tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import cas_journal as cj
+from cas_journal.objects import Kind
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    """A fixed instant ``seconds`` after T0."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def user(j: cj.Journal, thread: str, text: str, **kwargs) -> cj.Entry:
+    """Append a user message."""
+    return j.append(
+        cj.Entry(
+            thread_id=thread,
+            type=cj.EntryType.USER_MESSAGE,
+            message=cj.Message(role="user", content=text),
+        ),
+        **kwargs,
+    )
+
+
+def assistant(j: cj.Journal, thread: str, text: str, **kwargs) -> cj.Entry:
+    """Append an assistant message."""
+    return j.append(
+        cj.Entry(
+            thread_id=thread,
+            type=cj.EntryType.ASSISTANT_MESSAGE,
+            message=cj.Message(role="assistant", content=text),
+        ),
+        **kwargs,
+    )
+
+
+def contents(entries: list[cj.Entry]) -> list[str]:
+    """The message contents of entries."""
+    return [e.message.content if e.message else "" for e in entries]
+
+
+class ReadCounter:
+    """Counts object reads by kind on a journal's store (by wrapping ``get``)."""
+
+    def __init__(self, journal: cj.Journal) -> None:
+        self.reads: Counter[Kind] = Counter()
+        objects = journal.store.objects
+        original_get = objects.get
+
+        def get(oid: str) -> tuple[Kind, bytes]:
+            kind, body = original_get(oid)
+            self.reads[kind] += 1
+            return kind, body
+
+        objects.get = get  # type: ignore[method-assign]
+
+
+def stored(j: cj.Journal) -> set[str]:
+    """Every oid in the journal's store."""
+    return set(j.store.objects.iter_oids())

@@ -1,0 +1,457 @@
+"""The journal's behaviour (the seed's, and what content addressing adds), on every store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from backend_contract import HOSTILE_NAMES
+from journal_helpers import ReadCounter, assistant, at, contents, stored, user
+
+import cas_journal as cj
+from cas_journal.objects import Kind
+
+
+@pytest.fixture(params=["memory", "local", "local-durable"])
+def j(request, tmp_path):
+    if request.param == "memory":
+        journal = cj.Journal.memory()
+    else:
+        journal = cj.Journal.open(tmp_path / "store", durable=request.param == "local-durable")
+    yield journal
+    journal.close()
+
+
+# -- threads -------------------------------------------------------------------------------
+
+
+def test_create_and_read_thread(j):
+    meta = j.create_thread(cj.ThreadMeta(id="t1", title="hello", created_at=at(0)))
+    assert meta.id == "t1" and meta.title == "hello"
+    assert meta.created_at == at(0) and meta.updated_at == at(0) and meta.leaf_id == ""
+    assert j.thread("t1") == meta
+    with pytest.raises(cj.ThreadExists):
+        j.create_thread(cj.ThreadMeta(id="t1"))
+    with pytest.raises(cj.ThreadNotFound):
+        j.thread("nope")
+    with pytest.raises(KeyError):
+        j.thread("nope")
+
+
+def test_generated_thread_ids_are_unique(j):
+    ids = {j.create_thread().id for _ in range(20)}
+    assert len(ids) == 20
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_thread_ids_round_trip(j, name):
+    j.create_thread(cj.ThreadMeta(id=name))
+    entry = user(j, name, "hi")
+    assert j.thread(name).leaf_id == entry.id
+    assert [t.id for t in j.list_threads()] == [name]
+    assert j.path(name)[0].thread_id == name
+
+
+@pytest.mark.parametrize("bad", ["", "a\0b", "x" * 1025, "\ud800"])
+def test_invalid_thread_ids_are_value_errors(j, bad):
+    if bad:  # an empty id asks create_thread to generate one
+        with pytest.raises(ValueError):
+            j.create_thread(cj.ThreadMeta(id=bad))
+    with pytest.raises(ValueError):
+        j.thread(bad)
+    with pytest.raises(ValueError):
+        j.checkpoints.save(cj.Checkpoint(run_id=bad))
+
+
+def test_naive_datetimes_are_refused(j):
+    from datetime import datetime
+
+    with pytest.raises(ValueError):
+        cj.ThreadMeta(id="t", created_at=datetime(2026, 1, 1))
+    j.create_thread(cj.ThreadMeta(id="t"))
+    with pytest.raises(ValueError):
+        user(j, "t", "x", now=datetime(2026, 1, 1))
+
+
+def test_list_threads_order_cursor_and_archived(j):
+    for i, (tid, seconds) in enumerate([("b", 10), ("a", 10), ("c", 20), ("d", 5), ("e", 30)]):
+        j.create_thread(cj.ThreadMeta(id=tid, created_at=at(seconds), archived=(tid == "e")))
+        assert i >= 0
+    assert [t.id for t in j.list_threads()] == ["c", "a", "b", "d"]
+    assert [t.id for t in j.list_threads(include_archived=True)] == ["e", "c", "a", "b", "d"]
+    assert [t.id for t in j.list_threads(limit=2)] == ["c", "a"]
+    page = j.list_threads(limit=2, after_created_at=at(10), after_id="a")
+    assert [t.id for t in page] == ["b", "d"]
+    assert [t.id for t in j.list_threads(after_created_at=at(20), after_id="c")] == ["a", "b", "d"]
+
+
+def test_title_updates_do_not_reorder(j):
+    for tid, seconds in [("old", 1), ("new", 2)]:
+        j.create_thread(cj.ThreadMeta(id=tid, created_at=at(seconds)))
+    meta = j.thread("old")
+    meta.title = "renamed"
+    meta.title_status = cj.ThreadTitleStatus.READY
+    meta.title_source = cj.ThreadTitleSource.PROVIDER
+    meta.title_updated_at = at(100)
+    j.update_thread(meta)
+    assert [t.id for t in j.list_threads()] == ["new", "old"]
+    again = j.thread("old")
+    assert again.title == "renamed" and again.title_status is cj.ThreadTitleStatus.READY
+    assert again.title_updated_at == at(100)
+
+
+def test_update_thread_never_moves_the_leaf_or_created_at(j):
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(0)))
+    first = user(j, "t", "one")
+    stale = j.thread("t")
+    second = user(j, "t", "two")
+    stale.title = "t!"
+    stale.leaf_id = first.id
+    stale.created_at = at(999)
+    updated = j.update_thread(stale)
+    assert updated.leaf_id == second.id and updated.created_at == at(0) and updated.title == "t!"
+
+
+def test_concurrent_metadata_edits_conflict(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    mine, theirs = j.thread("t"), j.thread("t")
+    theirs.title = "theirs"
+    j.update_thread(theirs)
+    mine.status = "mine"
+    with pytest.raises(cj.ConflictError):
+        j.update_thread(mine)
+    assert j.thread("t").title == "theirs"
+    # a fresh ThreadMeta (not read from the store) is a deliberate overwrite
+    j.update_thread(cj.ThreadMeta(id="t", title="fresh"))
+    assert j.thread("t").title == "fresh"
+
+
+def test_delete_and_restore(j):
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(0)))
+    entry = user(j, "t", "keep me")
+    j.acquire_turn_lease(cj.TurnLease(thread_id="t", turn_id="u", owner_id="w"))
+    j.delete_thread("t")
+    with pytest.raises(cj.ThreadNotFound):
+        j.thread("t")
+    with pytest.raises(cj.ThreadNotFound):
+        j.delete_thread("t")
+    assert j.list_threads() == []
+    restored = j.restore_thread("t")
+    assert restored.leaf_id == entry.id and contents(j.path("t")) == ["keep me"]
+    assert [t.id for t in j.list_threads()] == ["t"]
+    assert j.active_turn_lease("t") is None
+    with pytest.raises(cj.ThreadExists):
+        j.restore_thread("t")
+    with pytest.raises(cj.ThreadNotFound):
+        j.restore_thread("never-existed")
+
+
+# -- entries -------------------------------------------------------------------------------
+
+
+def test_append_sets_leaf_updated_at_and_content_ids(j):
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(0)))
+    entry = user(j, "t", "hi", now=at(5))
+    assert entry.thread_id == "t" and entry.parent_id == "" and entry.created_at == at(5)
+    assert entry.raw == cj.raw_for_entry(entry)
+    assert entry.raw_hash == cj.prepare_entry(entry).raw_hash
+    meta = j.thread("t")
+    assert meta.leaf_id == entry.id and meta.updated_at == at(5)
+    assert j.store.objects.get(entry.id)[0] is Kind.ENTRY
+    assert j.store.objects.get(entry.raw_hash) == (Kind.BLOB, entry.raw.encode())
+    reply = assistant(j, "t", "hello", now=at(6))
+    assert reply.parent_id == entry.id
+    assert j.entry("t", entry.id) == entry
+
+
+def test_identical_append_is_harmless(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    first = user(j, "t", "once", now=at(1))
+    child = user(j, "t", "once", now=at(1))  # the default parent is now `first`: a new entry
+    assert child.parent_id == first.id and child.id != first.id
+    j.move_leaf("t", None)
+    before = stored(j)
+    retry = user(j, "t", "once", now=at(1))  # same (no) parent, content and time
+    assert retry.id == first.id and j.thread("t").leaf_id == first.id
+    added = {j.store.objects.get(oid)[0] for oid in stored(j) - before}
+    assert added == {Kind.THREAD}  # only the thread state that moved the leaf
+
+
+def test_retry_of_same_parent_content_and_time_stores_nothing(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    root = user(j, "t", "root", now=at(0))
+    child = user(j, "t", "child", now=at(1), parent_id=root.id)
+    before = stored(j)
+    retry = user(j, "t", "child", now=at(1), parent_id=root.id)
+    assert retry.id == child.id
+    assert stored(j) == before
+
+
+def test_identical_payloads_are_stored_once_across_threads(j):
+    for tid in ("a", "b"):
+        j.create_thread(cj.ThreadMeta(id=tid))
+    x = user(j, "a", "same words", now=at(1))
+    y = user(j, "b", "same words", now=at(2))
+    assert x.id != y.id and x.raw_hash == y.raw_hash
+    blobs = [oid for oid in stored(j) if j.store.objects.get(oid)[0] is Kind.BLOB]
+    assert blobs.count(x.raw_hash) == 1
+
+
+def test_explicit_parent_must_belong_to_the_thread(j):
+    for tid in ("a", "b"):
+        j.create_thread(cj.ThreadMeta(id=tid))
+    foreign = user(j, "b", "elsewhere")
+    mine = user(j, "a", "here")
+    with pytest.raises(cj.InvalidParent):
+        user(j, "a", "x", parent_id=foreign.id)
+    with pytest.raises(cj.InvalidParent):
+        user(j, "a", "x", parent_id="f" * 64)
+    with pytest.raises(ValueError):  # InvalidParent is a ValueError too
+        user(j, "a", "x", parent_id="not-an-id")
+    with pytest.raises(cj.EntryNotFound):
+        j.entry("a", foreign.id)
+    assert j.entry("a", mine.id).id == mine.id
+    with pytest.raises(cj.ThreadNotFound):
+        user(j, "missing", "x")
+
+
+def test_move_leaf_keeps_the_old_branch(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    a = user(j, "t", "a", now=at(1))
+    b = assistant(j, "t", "b", now=at(2))
+    j.move_leaf("t", a.id)
+    c = assistant(j, "t", "c", now=at(3))
+    assert contents(j.path("t")) == ["a", "c"]
+    assert contents(j.path("t", b.id)) == ["a", "b"]
+    assert contents(j.entries("t")) == ["a", "b", "c"]
+    assert j.entry("t", b.id).id == b.id
+    j.move_leaf("t", "")
+    assert j.path("t") == [] and j.thread("t").leaf_id == ""
+    d = user(j, "t", "new root", now=at(4))
+    assert d.parent_id == "" and contents(j.entries("t")) == ["a", "b", "c", "new root"]
+    assert c.id in {e.id for e in j.entries("t")}
+    with pytest.raises(cj.EntryNotFound):
+        j.move_leaf("t", "e" * 64)
+
+
+def test_fork_at_and_before(j):
+    j.create_thread(cj.ThreadMeta(id="src"))
+    a = user(j, "src", "a", now=at(1))
+    b = assistant(j, "src", "b", now=at(2))
+    c = user(j, "src", "c", now=at(3))
+    at_fork = j.fork("src", b.id, cj.ForkPosition.AT, new_thread_id="at", now=at(10))
+    assert at_fork.leaf_id == b.id and at_fork.forked_from_entry_id == b.id
+    assert at_fork.forked_from_thread_id == "src" and at_fork.parent_thread_id == "src"
+    assert at_fork.created_at == at(10)
+    assert [e.id for e in j.path("at")] == [a.id, b.id]
+    assert all(e.thread_id == "at" for e in j.path("at"))
+    before = j.fork("src", b.id, cj.ForkPosition.BEFORE, new_thread_id="before")
+    assert before.leaf_id == a.id and before.forked_from_entry_id == a.id
+    default = j.fork("src", new_thread_id="default")
+    assert default.leaf_id == c.id
+    root_before = j.fork("src", a.id, cj.ForkPosition.BEFORE, new_thread_id="empty")
+    assert root_before.leaf_id == "" and j.path("empty") == []
+    # the fork diverges without touching the source
+    d = user(j, "at", "d")
+    assert contents(j.path("at")) == ["a", "b", "d"] and contents(j.path("src")) == ["a", "b", "c"]
+    with pytest.raises(cj.EntryNotFound):
+        j.entry("src", d.id)
+    with pytest.raises(cj.EntryNotFound):
+        j.fork("src", d.id, new_thread_id="nope")
+
+
+def test_fork_to_an_existing_id_changes_nothing(j):
+    j.create_thread(cj.ThreadMeta(id="src"))
+    j.create_thread(cj.ThreadMeta(id="taken", title="mine"))
+    user(j, "src", "a")
+    before = j.thread("taken")
+    with pytest.raises(cj.ThreadExists):
+        j.fork("src", new_thread_id="taken")
+    assert j.thread("taken") == before
+    assert sorted(t.id for t in j.list_threads()) == ["src", "taken"]
+
+
+def test_fork_copies_nothing_whatever_the_history(j):
+    j.create_thread(cj.ThreadMeta(id="long"))
+    with j.batch("long") as b:
+        for i in range(1000):
+            b.append(
+                cj.Entry(
+                    type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=str(i))
+                )
+            )
+    before = stored(j)
+    j.fork("long", new_thread_id="f1")
+    j.fork("long", b.entries[10].id, new_thread_id="f2")
+    new = stored(j) - before
+    kinds = [j.store.objects.get(oid)[0] for oid in new]
+    assert kinds == [Kind.THREAD, Kind.THREAD]
+    assert [e.id for e in j.path("f2")] == [e.id for e in b.entries[:11]]
+
+
+def test_first_page_does_not_read_every_thread(j):
+    for i in range(400):
+        j.create_thread(cj.ThreadMeta(id=f"t{i:04d}", created_at=at(i)))
+    fresh = cj.Journal(j.store)
+    counter = ReadCounter(fresh)
+    page = fresh.list_threads(limit=50)
+    assert [t.id for t in page] == [f"t{i:04d}" for i in range(399, 349, -1)]
+    assert counter.reads[Kind.THREAD] <= 60
+
+
+def test_path_and_entries_of_unknown_thread(j):
+    with pytest.raises(cj.ThreadNotFound):
+        j.path("x")
+    with pytest.raises(cj.ThreadNotFound):
+        j.entries("x")
+    j.create_thread(cj.ThreadMeta(id="x"))
+    assert j.path("x") == [] and j.entries("x") == []
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+def test_batch_is_one_ref_update(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    first = user(j, "t", "before")
+    log_before = len(j.store.refs.reflog("threads/t"))
+    with j.batch("t") as b:
+        for i in range(150):
+            b.append(
+                cj.Entry(
+                    type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=f"m{i}")
+                )
+            )
+    assert len(j.store.refs.reflog("threads/t")) == log_before + 1
+    path = j.path("t")
+    assert [e.id for e in path] == [first.id] + [e.id for e in b.entries]
+    assert b.entries[0].parent_id == first.id and j.thread("t").leaf_id == b.entries[-1].id
+    assert j.entry("t", b.entries[70].id) == b.entries[70]
+
+
+def test_batch_discarded_on_exception_and_conflicts_when_the_leaf_moves(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    user(j, "t", "start")
+    before = j.thread("t")
+    with pytest.raises(RuntimeError), j.batch("t") as b:
+        b.append(
+            cj.Entry(
+                type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="lost")
+            )
+        )
+        raise RuntimeError("boom")
+    assert j.thread("t").leaf_id == before.leaf_id
+    with pytest.raises(cj.ConflictError), j.batch("t") as b:
+        b.append(
+            cj.Entry(
+                type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="mine")
+            )
+        )
+        user(j, "t", "someone else")
+    assert contents(j.path("t")) == ["start", "someone else"]
+
+
+def test_batch_merges_a_metadata_only_change(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    with j.batch("t") as b:
+        b.append(
+            cj.Entry(type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="x"))
+        )
+        meta = j.thread("t")
+        meta.title = "titled meanwhile"
+        j.update_thread(meta)
+    after = j.thread("t")
+    assert after.title == "titled meanwhile" and after.leaf_id == b.entries[0].id
+
+
+def test_batch_with_explicit_parents_builds_branches(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    root = user(j, "t", "root")
+    with j.batch("t") as b:
+        left = b.append(
+            cj.Entry(
+                type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="left")
+            )
+        )
+        right = b.append(
+            cj.Entry(
+                type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="right")
+            ),
+            parent_id=root.id,
+        )
+        with pytest.raises(cj.InvalidParent):
+            b.append(cj.Entry(type=cj.EntryType.USER_MESSAGE), parent_id="f" * 64)
+    assert j.thread("t").leaf_id == right.id
+    assert contents(j.path("t", left.id)) == ["root", "left"]
+    assert sorted(contents(j.entries("t"))) == ["left", "right", "root"]
+
+
+# -- leases --------------------------------------------------------------------------------
+
+
+def test_turn_leases(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    with pytest.raises(cj.ThreadNotFound):
+        j.acquire_turn_lease(cj.TurnLease(thread_id="nope", turn_id="u", owner_id="w"))
+    lease = j.acquire_turn_lease(
+        cj.TurnLease(thread_id="t", turn_id="u1", owner_id="w1", created_at=at(0))
+    )
+    assert j.active_turn_lease("t") == lease
+    with pytest.raises(cj.ActiveTurn):
+        j.acquire_turn_lease(cj.TurnLease(thread_id="t", turn_id="u2", owner_id="w2"))
+    j.release_turn_lease(cj.TurnLease(thread_id="t", turn_id="u1", owner_id="someone else"))
+    j.release_turn_lease(cj.TurnLease(thread_id="t", turn_id="other turn", owner_id="w1"))
+    assert j.active_turn_lease("t") == lease
+    assert j.clear_expired_turn_lease("t", at(0)) is None  # not before the cutoff
+    assert j.clear_expired_turn_lease("t", at(1)) == lease
+    assert j.active_turn_lease("t") is None
+    second = j.acquire_turn_lease(cj.TurnLease(thread_id="t", turn_id="u2", owner_id="w2"))
+    assert second.created_at is not None
+    j.release_turn_lease(second)
+    assert j.active_turn_lease("t") is None
+    j.release_turn_lease(second)  # no-op
+
+
+# -- reopening -----------------------------------------------------------------------------
+
+
+def test_everything_identical_after_reopen(tmp_path):
+    path = tmp_path / "store"
+    with cj.Journal.open(path) as j:
+        j.create_thread(cj.ThreadMeta(id="t", title="x", created_at=at(0)))
+        a = user(j, "t", "a", now=at(1))
+        assistant(j, "t", "b", now=at(2))
+        j.move_leaf("t", a.id)
+        user(j, "t", "c", now=at(3))
+        j.fork("t", a.id, new_thread_id="f", now=at(4))
+        j.checkpoints.save(
+            cj.Checkpoint(run_id="r", iteration=1, messages=[{"role": "user", "content": "q"}])
+        )
+        snapshot = (
+            j.list_threads(include_archived=True),
+            j.path("t"),
+            j.entries("t"),
+            j.path("f"),
+            j.thread("f"),
+            j.checkpoints.load("r"),
+            j.checkpoints.list(),
+        )
+    with cj.Journal.open(path) as again:
+        assert (
+            again.list_threads(include_archived=True),
+            again.path("t"),
+            again.entries("t"),
+            again.path("f"),
+            again.thread("f"),
+            again.checkpoints.load("r"),
+            again.checkpoints.list(),
+        ) == snapshot
+
+
+def test_lease_created_at_is_kept(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    lease = j.acquire_turn_lease(
+        cj.TurnLease(thread_id="t", turn_id="u", owner_id="w", created_at=at(3))
+    )
+    assert lease.created_at == at(3)
+    assert j.clear_expired_turn_lease("t", at(3) + timedelta(microseconds=1)) == lease
