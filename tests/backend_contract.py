@@ -89,6 +89,15 @@ class StoreContract:
         assert set(oids) <= set(store.objects.iter_oids())
         assert store.objects.missing(oids) == set()
 
+    def test_oids_with_prefix(self, store):
+        oids = store.objects.put_many([(Kind.BLOB, b"prefix %d" % i) for i in range(300)])
+        target = oids[17]
+        for length in (2, 4, 8, 64):
+            found = store.objects.oids_with_prefix(target[:length])
+            assert target in found and found == sorted(found)
+            assert all(oid.startswith(target[:length]) for oid in found)
+        assert store.objects.oids_with_prefix("0" * 63 + "x") == []
+
     def test_delete(self, store):
         oid = store.objects.put(Kind.BLOB, b"doomed")
         store.objects.delete(oid)

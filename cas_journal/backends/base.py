@@ -80,6 +80,10 @@ class ObjectStore(abc.ABC):
     def delete(self, oid: str) -> None:
         """Remove an object if present (gc only; other callers never delete)."""
 
+    def oids_with_prefix(self, prefix: str) -> list[str]:
+        """Sorted oids starting with a (lowercase hex) prefix."""
+        return sorted(oid for oid in self.iter_oids() if oid.startswith(prefix))
+
 
 class RefStore(abc.ABC):
     """Where mutable names live, updated only by compare-and-swap."""

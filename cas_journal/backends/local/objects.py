@@ -220,6 +220,24 @@ class LocalObjectStore(ObjectStore):
                 seen.add(oid)
                 yield oid
 
+    def oids_with_prefix(self, prefix: str) -> list[str]:
+        """Sorted oids starting with ``prefix`` (at least two hex digits read one directory)."""
+        if len(prefix) < 2:
+            return super().oids_with_prefix(prefix)
+        found: set[str] = set()
+        for pack in self.packs():
+            found.update(pack.oids_with_prefix(prefix))
+        try:
+            names = os.listdir(self.loose_dir / prefix[:2])
+        except FileNotFoundError:
+            names = []
+        found.update(
+            prefix[:2] + n
+            for n in names
+            if (prefix[:2] + n).startswith(prefix) and is_oid(prefix[:2] + n)
+        )
+        return sorted(found)
+
     def delete(self, oid: str) -> None:
         """Remove the loose copy of an object (packed copies go when gc rewrites packs)."""
         with storage_errors("deleting an object"), contextlib.suppress(FileNotFoundError):

@@ -186,6 +186,13 @@ class PackReader:
         for position in range(self.count):
             yield self.oid_at(position)
 
+    def oids_with_prefix(self, prefix: str) -> list[str]:
+        """Oids in this pack starting with a hex prefix of at least two digits."""
+        first = int(prefix[:2], 16)
+        lo = self._fanout[first - 1] if first else 0
+        hi = self._fanout[first]
+        return [oid for oid in map(self.oid_at, range(lo, hi)) if oid.startswith(prefix)]
+
     def location(self, position: int) -> tuple[int, int, int]:
         """``(block, offset, length)`` of the object at a sorted position."""
         return _LOCATION.unpack_from(self._index, self._locations_at + position * _LOCATION.size)
