@@ -34,7 +34,8 @@ def _encode(lease: TurnLease) -> str:
     ).decode("utf-8")
 
 
-def _decode(name: str, value: str) -> TurnLease:
+def decode_lease(name: str, value: str) -> TurnLease:
+    """Parse a lease ref's value; CorruptRef if it is not a lease."""
     try:
         fields = json.loads(value)
         fields["created_at"] = parse_time(fields["created_at"])
@@ -56,7 +57,7 @@ class LeaseTable:
     def _read(self, thread_id: str) -> tuple[str | None, TurnLease | None]:
         name = self._name(thread_id)
         value = self.refs.read_ref(name)
-        return value, (None if value is None else _decode(name, value))
+        return value, (None if value is None else decode_lease(name, value))
 
     def acquire(self, lease: TurnLease) -> TurnLease:
         """Claim the turn; ActiveTurn if the thread already has an active lease."""

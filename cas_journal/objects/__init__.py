@@ -22,6 +22,7 @@ from .nodes import (
     parse_node,
     references,
     skip_depth,
+    typed_references,
 )
 
 __all__ = [
@@ -47,5 +48,6 @@ __all__ = [
     "references",
     "require_oid",
     "skip_depth",
+    "typed_references",
     "utc_now",
 ]

@@ -143,6 +143,12 @@ class EntryNode:
         """Oids this node points at."""
         return [ref for ref in (self.parent, self.skip, self.payload) if ref]
 
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this node points at, with the kind each must be."""
+        refs = [(self.payload, Kind.BLOB)]
+        refs += [(ref, Kind.ENTRY) for ref in (self.parent, self.skip) if ref]
+        return refs
+
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> EntryNode:
         """Parse and validate an entry body."""
@@ -187,6 +193,12 @@ class ThreadStateNode:
         refs = list(self.parents) + list(self.heads)
         if self.leaf:
             refs.append(self.leaf)
+        return refs
+
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this state points at, with the kind each must be."""
+        refs = [(oid, Kind.THREAD) for oid in self.parents]
+        refs += [(oid, Kind.ENTRY) for oid in (*self.heads, *([self.leaf] if self.leaf else []))]
         return refs
 
     @classmethod
@@ -257,6 +269,15 @@ class CheckpointNode:
         """Oids this checkpoint points at."""
         return [ref for ref in (self.previous, self.messages, self.system_prompt) if ref]
 
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this checkpoint points at, with the kind each must be."""
+        pairs = [
+            (self.previous, Kind.CHECKPOINT),
+            (self.messages, Kind.MESSAGE),
+            (self.system_prompt, Kind.BLOB),
+        ]
+        return [(oid, kind) for oid, kind in pairs if oid]
+
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> CheckpointNode:
         """Parse and validate a checkpoint body."""
@@ -300,6 +321,13 @@ class MessageNode:
         """Oids this link points at."""
         return [self.message] + ([self.parent] if self.parent else [])
 
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this link points at, with the kind each must be."""
+        refs = [(self.message, Kind.BLOB)]
+        if self.parent:
+            refs.append((self.parent, Kind.MESSAGE))
+        return refs
+
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> MessageNode:
         """Parse and validate a message-node body."""
@@ -330,3 +358,9 @@ def references(kind: Kind, body: bytes, oid: str | None = None) -> list[str]:
     """The oids an object points at (none for blobs). Raises CorruptObject if malformed."""
     node = parse_node(kind, body, oid)
     return [] if node is None else node.references()
+
+
+def typed_references(kind: Kind, body: bytes, oid: str | None = None) -> list[tuple[str, Kind]]:
+    """The oids an object points at with the kind each must be (none for blobs)."""
+    node = parse_node(kind, body, oid)
+    return [] if node is None else node.typed_references()

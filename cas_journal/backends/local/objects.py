@@ -10,19 +10,30 @@ then rescan the pack directory (another process may have packed or written meanw
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ...errors import CorruptObject, ObjectNotFound
-from ...objects import Kind, ObjectCodec, canonical_form, is_oid, object_id, require_oid
+from ...objects import (
+    Kind,
+    ObjectCodec,
+    canonical_form,
+    is_oid,
+    object_id,
+    parse_canonical,
+    require_oid,
+)
 from ..base import ObjectStore
 from .fsutil import fsync_dir, storage_errors, temp_name, write_all
 from .packs import BlockCache, PackedObject, PackReader, write_pack
 
 PACK_THRESHOLD = 64
 """A put_many of at least this many new objects is written as a pack."""
+FRESHEN_INTERVAL = 60.0
 
 
 class LocalObjectStore(ObjectStore):
@@ -37,6 +48,7 @@ class LocalObjectStore(ObjectStore):
         self.cache = BlockCache()
         self._packs: dict[str, PackReader] = {}
         self._packs_stamp: tuple[int, int] | None = None
+        self._freshened: dict[str, float] = {}
         self._lock = threading.Lock()
         self.refresh_packs()
 
@@ -147,17 +159,19 @@ class LocalObjectStore(ObjectStore):
     def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
         with storage_errors("writing objects"):
             oids = [object_id(kind, body) for kind, body in items]
-            new = [
-                (oid, kind, body)
-                for oid, (kind, body) in zip(oids, items, strict=True)
-                if self._find_in_packs(oid) is None
-            ]
+            new = []
+            for oid, (kind, body) in zip(oids, items, strict=True):
+                pack = self._find_in_packs(oid)
+                if pack is None:
+                    new.append((oid, kind, body))
+                else:
+                    self._freshen_pack(pack)
             for _, _, body in new:
                 self.codec.check_size(body)
             # A big batch becomes one pack; a loose copy it duplicates is harmless and goes
-            # at the next pack or gc. Small batches skip objects that exist loose.
+            # at the next pack or gc. Small batches skip (and freshen) objects stored loose.
             if len(new) < PACK_THRESHOLD:
-                new = [item for item in new if not os.path.exists(self.loose_path(item[0]))]
+                new = [item for item in new if not self._freshen_loose(item[0])]
             if len(new) >= PACK_THRESHOLD:
                 self.packs_dir.mkdir(exist_ok=True)
                 write_pack(
@@ -175,6 +189,96 @@ class LocalObjectStore(ObjectStore):
                     for directory in sorted(dirty, key=len, reverse=True):
                         fsync_dir(directory)
         return oids
+
+    def _freshen_loose(self, oid: str) -> bool:
+        """Mark an existing loose object as just written (gc's grace period restarts for
+        it, so a writer about to link it is safe); False if there is no loose copy."""
+        try:
+            os.utime(self.loose_path(oid))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _freshen_pack(self, pack: PackReader) -> None:
+        """Mark a pack as just written (at most once a minute): gc treats its objects as
+        no older than the pack file's mtime."""
+        now = time.monotonic()
+        if now - self._freshened.get(pack.name, -FRESHEN_INTERVAL) >= FRESHEN_INTERVAL:
+            self._freshened[pack.name] = now
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(pack.pack_path)
+
+    def object_time(self, oid: str) -> int | None:
+        """When an object was last written or freshened (unix seconds), None if absent."""
+        newest: int | None = None
+        with contextlib.suppress(FileNotFoundError):
+            newest = int(os.stat(self.loose_path(oid)).st_mtime)
+        for pack in self.packs():
+            position = pack.position(oid)
+            if position >= 0:
+                when = max(pack.time_at(position), pack.file_time())
+                newest = when if newest is None else max(newest, when)
+        return newest
+
+    def canonical(self, oid: str) -> tuple[bytes, int]:
+        """The verified canonical form of an object and when it was last written."""
+        for pack in self.packs():
+            position = pack.position(oid)
+            if position >= 0:
+                data = pack.canonical_at(position, oid)
+                parse_canonical(oid, data)
+                return data, max(pack.time_at(position), pack.file_time())
+        path = self.loose_path(oid)
+        try:
+            with open(path, "rb") as f:
+                frame = f.read(self.codec.max_object_size + 1024)
+                when = int(os.fstat(f.fileno()).st_mtime)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(f"object {oid} not found") from exc
+        kind, body = self.codec.decode(oid, frame)
+        return canonical_form(kind, body), when
+
+    @contextlib.contextmanager
+    def maintenance_lock(self) -> Iterator[None]:
+        """Exclusive across processes: one pack or gc at a time (released if killed)."""
+        locks = self.loose_dir.parent / "locks"
+        locks.mkdir(exist_ok=True)
+        fd = os.open(locks / "maintenance", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def remove_pack(self, pack: PackReader) -> None:
+        """Delete a pack: its index first, so no reader finds an index without data."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(pack.index_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(pack.pack_path)
+        if self.durable:
+            fsync_dir(self.packs_dir)
+        self.refresh_packs()
+
+    def usage(self) -> dict[str, int]:
+        """Objects and bytes on disk: loose files, and packs with their indexes."""
+        loose = loose_bytes = 0
+        for _, path in self.iter_loose():
+            with contextlib.suppress(FileNotFoundError):
+                loose_bytes += os.stat(path).st_size
+                loose += 1
+        packs = self.packs()
+        packed_bytes = 0
+        for pack in packs:
+            with contextlib.suppress(FileNotFoundError):
+                packed_bytes += os.stat(pack.pack_path).st_size + os.stat(pack.index_path).st_size
+        return {
+            "loose_objects": loose,
+            "loose_bytes": loose_bytes,
+            "packs": len(packs),
+            "packed_objects": sum(pack.count for pack in packs),
+            "packed_bytes": packed_bytes,
+        }
 
     def _read_loose(self, oid: str) -> tuple[Kind, bytes] | None:
         try:

@@ -8,9 +8,11 @@ object stored in the same pack, in a block compressed without it.
 Index file ``pack-<name>.idx`` (all integers little-endian)::
 
     magic "CJIDX\\0\\0\\1" | u64 objects N | u64 blocks B | u64 pack size | 32-byte dict oid
+    | u64 flags (1: written by maintenance, ordered and fully compressed)
     fanout: 256 x u32, cumulative count of oids by first byte
     oids: N x 32 bytes, sorted
     locations: N x (u32 block, u32 offset in block, u32 length)
+    times: N x u32, when each object was last written (unix seconds; gc's grace period)
     blocks: B x (u64 offset in pack, u32 compressed length, u32 raw length, u32 flags)
     trailer: BLAKE3 of everything above (32 bytes); the pack's name is its hex
 
@@ -28,6 +30,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,12 +46,14 @@ from .fsutil import fsync_dir, temp_name, write_all, write_new_file
 
 PACK_MAGIC = b"CJPACK\x00\x01"
 INDEX_MAGIC = b"CJIDX\x00\x00\x01"
-_HEADER = struct.Struct("<8sQQQ32s")
+_HEADER = struct.Struct("<8sQQQ32sQ")
 _FANOUT = struct.Struct("<256I")
 _LOCATION = struct.Struct("<III")
+_TIME = struct.Struct("<I")
 _BLOCK = struct.Struct("<QIII")
 TRAILER_SIZE = 32
 FLAG_DICTIONARY = 1
+PACK_FLAG_MAINTAINED = 1
 ZERO_OID = bytes(32)
 
 DEFAULT_BLOCK_SIZE = 64 * 1024
@@ -56,10 +61,12 @@ DEFAULT_BLOCK_SIZE = 64 * 1024
 
 @dataclass(frozen=True)
 class PackedObject:
-    """An object ready to be packed: its oid and canonical form (header + body)."""
+    """An object ready to be packed: its oid, canonical form (header + body) and age."""
 
     oid: str
     data: bytes
+    time: int = 0
+    """Unix seconds when the object was last written (0: now)."""
 
 
 class BlockCache:
@@ -109,13 +116,13 @@ class PackReader:
             if size < _HEADER.size + _FANOUT.size + TRAILER_SIZE:
                 raise CorruptObject(f"pack index {index_path.name} is truncated")
             self._index = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        magic, count, blocks, pack_size, dict_oid = _HEADER.unpack_from(self._index, 0)
+        magic, count, blocks, pack_size, dict_oid, flags = _HEADER.unpack_from(self._index, 0)
         if magic != INDEX_MAGIC:
             raise CorruptObject(f"pack index {index_path.name} has a bad magic number")
         expected = (
             _HEADER.size
             + _FANOUT.size
-            + count * (32 + _LOCATION.size)
+            + count * (32 + _LOCATION.size + _TIME.size)
             + blocks * _BLOCK.size
             + TRAILER_SIZE
         )
@@ -124,6 +131,7 @@ class PackReader:
                 f"pack index {index_path.name} is {size} bytes, its header implies {expected}"
             )
         self.count: int = count
+        self.maintained = bool(flags & PACK_FLAG_MAINTAINED)
         self.block_count: int = blocks
         self.dictionary_oid: str | None = None if dict_oid == ZERO_OID else dict_oid.hex()
         self._fanout: tuple[int, ...] = _FANOUT.unpack_from(self._index, _HEADER.size)
@@ -133,7 +141,8 @@ class PackReader:
             raise CorruptObject(f"pack index {index_path.name} has an inconsistent fanout")
         self._oids_at = _HEADER.size + _FANOUT.size
         self._locations_at = self._oids_at + count * 32
-        self._blocks_at = self._locations_at + count * _LOCATION.size
+        self._times_at = self._locations_at + count * _LOCATION.size
+        self._blocks_at = self._times_at + count * _TIME.size
         try:
             with open(self.pack_path, "rb") as f:
                 actual = os.fstat(f.fileno()).st_size
@@ -192,6 +201,28 @@ class PackReader:
         lo = self._fanout[first - 1] if first else 0
         hi = self._fanout[first]
         return [oid for oid in map(self.oid_at, range(lo, hi)) if oid.startswith(prefix)]
+
+    def position(self, oid: str) -> int:
+        """The sorted position of ``oid`` in this pack, or -1."""
+        return self._position(bytes.fromhex(oid))
+
+    def file_time(self) -> int:
+        """The pack file's mtime: bumped when a writer reuses one of its objects."""
+        try:
+            return int(os.stat(self.pack_path).st_mtime)
+        except FileNotFoundError:
+            return 0
+
+    def time_at(self, position: int) -> int:
+        """When the object at a sorted position was last written (unix seconds)."""
+        value: int = _TIME.unpack_from(self._index, self._times_at + position * _TIME.size)[0]
+        return value
+
+    def stored_size_at(self, position: int) -> int:
+        """The object's share of its compressed block (an estimate of its stored bytes)."""
+        block, _, length = self.location(position)
+        _, clen, rlen, _ = self.block_entry(block)
+        return clen * length // rlen if rlen else 0
 
     def location(self, position: int) -> tuple[int, int, int]:
         """``(block, offset, length)`` of the object at a sorted position."""
@@ -256,6 +287,12 @@ class PackReader:
         position = self._position(bytes.fromhex(oid))
         if position < 0:
             return None
+        return self.canonical_at(position, oid, allow_dictionary)
+
+    def canonical_at(
+        self, position: int, oid: str | None = None, allow_dictionary: bool = True
+    ) -> bytes:
+        """The canonical form (unverified) of the object at a sorted position."""
         block, offset, length = self.location(position)
         data = self.block(block, allow_dictionary)
         if offset + length > len(data):
@@ -282,6 +319,7 @@ def write_pack(
     block_size: int = DEFAULT_BLOCK_SIZE,
     level: int = 3,
     dictionary: PackedObject | None = None,
+    maintained: bool = False,
 ) -> Path | None:
     """Write objects (in the given order, duplicates dropped) as one pack; return its index.
 
@@ -303,7 +341,8 @@ def write_pack(
     tmp_pack = temp_name(directory, "pack-")
     fd = os.open(tmp_pack, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     seen: set[str] = set()
-    entries: list[tuple[bytes, int, int, int]] = []  # raw oid, block, offset, length
+    now = int(time.time())
+    entries: list[tuple[bytes, int, int, int, int]] = []  # raw oid, block, offset, length, time
     blocks: list[tuple[int, int, int, int]] = []
     position = len(PACK_MAGIC)
     try:
@@ -320,7 +359,9 @@ def write_pack(
             frame = compressor.compress(raw)
             offset = 0
             for obj in pending:
-                entries.append((bytes.fromhex(obj.oid), len(blocks), offset, len(obj.data)))
+                entries.append(
+                    (bytes.fromhex(obj.oid), len(blocks), offset, len(obj.data), obj.time or now)
+                )
                 offset += len(obj.data)
             flags = FLAG_DICTIONARY if compressor is with_dict else 0
             blocks.append((position, len(frame), len(raw), flags))
@@ -352,7 +393,9 @@ def write_pack(
     if not entries or (dictionary is not None and len(entries) == 1):
         os.unlink(tmp_pack)
         return None
-    index = _build_index(entries, blocks, position, dictionary.oid if dictionary else None)
+    index = _build_index(
+        entries, blocks, position, dictionary.oid if dictionary else None, maintained
+    )
     name = "pack-" + index[-TRAILER_SIZE:].hex()[:40]
     pack_path = directory / f"{name}.pack"
     index_path = directory / f"{name}.idx"
@@ -374,10 +417,11 @@ def write_pack(
 
 
 def _build_index(
-    entries: list[tuple[bytes, int, int, int]],
+    entries: list[tuple[bytes, int, int, int, int]],
     blocks: list[tuple[int, int, int, int]],
     pack_size: int,
     dictionary_oid: str | None,
+    maintained: bool = False,
 ) -> bytes:
     entries.sort(key=lambda entry: entry[0])
     fanout = [0] * 256
@@ -394,10 +438,12 @@ def _build_index(
             len(blocks),
             pack_size,
             bytes.fromhex(dictionary_oid) if dictionary_oid else ZERO_OID,
+            PACK_FLAG_MAINTAINED if maintained else 0,
         ),
         _FANOUT.pack(*fanout),
         b"".join(entry[0] for entry in entries),
-        b"".join(_LOCATION.pack(block, offset, length) for _, block, offset, length in entries),
+        b"".join(_LOCATION.pack(block, offset, length) for _, block, offset, length, _ in entries),
+        b"".join(_TIME.pack(min(when, 2**32 - 1)) for *_, when in entries),
         b"".join(_BLOCK.pack(*block) for block in blocks),
     ]
     body = b"".join(parts)

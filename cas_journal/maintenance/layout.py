@@ -1,0 +1,142 @@
+"""Pack order: each thread's chain near itself, similar objects side by side.
+
+States first (each thread's state chain), then entry nodes in root-to-head order per
+thread (a fork's shared prefix is written once, then each branch's own tail), then the
+small payloads in that same order, then checkpoints, message nodes and message blobs in
+the same fashion, then the large blobs sorted by their first bytes, then everything else.
+Reading a path touches a few consecutive blocks of entry nodes and payloads instead of
+the whole pack, and large blobs that share most of their text (the same file read by
+tool calls in many forks, under different call ids) land in the same compressed block,
+much as git sorts blobs before it looks for deltas. On the forks benchmark this took a
+pack from 3.9 MB (chain order throughout) to 2.9 MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..backends import Store
+from ..errors import JournalError
+from ..objects import CheckpointNode, EntryNode, Kind, MessageNode, ThreadStateNode, is_oid
+from ..objects.nodes import parse_node
+from .walk import ROOT_PREFIXES
+
+LARGE_BLOB = 4096
+SORT_PREFIX = 256
+
+
+class _Ordered:
+    """An insertion-ordered set of oids restricted to the ones being packed."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        self.wanted = wanted
+        self.order: list[str] = []
+        self.seen: set[str] = set()
+
+    def add(self, oid: str | None) -> None:
+        if oid and oid in self.wanted and oid not in self.seen:
+            self.seen.add(oid)
+            self.order.append(oid)
+
+
+def _node(store: Store, oid: str, kind: Kind) -> object | None:
+    try:
+        found, body = store.objects.get(oid)
+        return parse_node(found, body, oid) if found is kind else None
+    except JournalError:
+        return None  # damaged or missing: it still gets packed (or reported by fsck)
+
+
+def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
+    """Every oid in ``oids``, ordered for locality and compression."""
+    wanted = set(oids)
+    states, entries, payloads = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
+    checkpoints, links, messages = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
+    entry_parent: dict[str, str | None] = {}
+    link_parent: dict[str, str | None] = {}
+
+    def chain(head: str, parents: dict[str, str | None], kind: Kind) -> list[str]:
+        """Oids from the first not-yet-seen ancestor down to ``head``."""
+        out: list[str] = []
+        current: str | None = head
+        while current is not None and current not in parents:
+            node = _node(store, current, kind)
+            parent = None
+            if isinstance(node, EntryNode):
+                parent = node.parent
+                payloads_of[current] = node.payload
+            elif isinstance(node, MessageNode):
+                parent = node.parent
+                payloads_of[current] = node.message
+            parents[current] = parent
+            out.append(current)
+            current = parent
+        out.reverse()
+        return out
+
+    payloads_of: dict[str, str] = {}
+    for prefix, kind in ROOT_PREFIXES.items():
+        for name in store.refs.list_refs(prefix):
+            value = store.refs.read_ref(name)
+            if value is None or not is_oid(value):
+                continue
+            if kind is Kind.THREAD:
+                pending = [value]
+                while pending:
+                    oid = pending.pop()
+                    if oid in states.seen or not is_oid(oid):
+                        continue
+                    states.add(oid)
+                    state = _node(store, oid, Kind.THREAD)
+                    if not isinstance(state, ThreadStateNode):
+                        continue
+                    pending.extend(state.parents)
+                    for head in sorted(state.heads):
+                        for entry in chain(head, entry_parent, Kind.ENTRY):
+                            entries.add(entry)
+                            payloads.add(payloads_of.get(entry))
+            else:
+                current: str | None = value
+                while current is not None and current not in checkpoints.seen:
+                    checkpoints.add(current)
+                    node = _node(store, current, Kind.CHECKPOINT)
+                    if not isinstance(node, CheckpointNode):
+                        break
+                    if node.messages:
+                        for link in chain(node.messages, link_parent, Kind.MESSAGE):
+                            links.add(link)
+                            messages.add(payloads_of.get(link))
+                    messages.add(node.system_prompt)
+                    current = node.previous
+    small_payloads, large = _split_large(store, payloads.order)
+    small_messages, large_messages = _split_large(store, messages.order)
+    ordered = [
+        *states.order,
+        *entries.order,
+        *small_payloads,
+        *checkpoints.order,
+        *links.order,
+        *small_messages,
+    ]
+    placed = set(ordered) | set(large) | set(large_messages)
+    rest, large_rest = _split_large(store, sorted(wanted - placed))
+    large_all = large + large_messages + large_rest
+    large_all.sort(key=lambda item: item[1])
+    return ordered + rest + [oid for oid, _ in large_all]
+
+
+def _split_large(store: Store, oids: list[str]) -> tuple[list[str], list[tuple[str, bytes]]]:
+    """Small objects (in order) and large blobs with their first bytes (the sort key)."""
+    small: list[str] = []
+    large: list[tuple[str, bytes]] = []
+    for oid in oids:
+        try:
+            kind, body = store.objects.get(oid)
+        except JournalError:
+            small.append(oid)
+            continue
+        if kind is Kind.BLOB and len(body) >= LARGE_BLOB:
+            large.append((oid, body[:SORT_PREFIX]))
+        else:
+            small.append(oid)
+    return small, large

@@ -1,0 +1,83 @@
+"""What maintenance operations report (pydantic models: ``model_dump(mode="json")``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+Progress = Callable[[str, int, int | None], None]
+"""Called as ``progress(label, done, total)`` during long work; total may be None."""
+
+
+class PackReport(BaseModel):
+    """The outcome of ``pack``."""
+
+    objects: int = 0
+    """Objects in the new pack (the pack dictionary included)."""
+    loose_objects_packed: int = 0
+    packs_merged: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    dictionary_bytes: int = 0
+    seconds: float = 0.0
+
+
+class GcReport(BaseModel):
+    """The outcome of ``gc`` (with ``dry_run``, what it would do)."""
+
+    dry_run: bool = False
+    reachable_objects: int = 0
+    unreachable_objects: int = 0
+    deleted_objects: int = 0
+    deleted_bytes: int = 0
+    kept_young_objects: int = 0
+    """Unreachable objects younger than the grace period (a writer may be linking them)."""
+    reflog_entries_expired: int = 0
+    packs_rewritten: int = 0
+    seconds: float = 0.0
+
+
+class Problem(BaseModel):
+    """One thing fsck found wrong: what (an oid, a ref, a pack) and how."""
+
+    subject: str
+    message: str
+
+
+class FsckReport(BaseModel):
+    """The outcome of ``fsck``: ok is False if any problem was found."""
+
+    ok: bool = True
+    quick: bool = False
+    objects_checked: int = 0
+    refs_checked: int = 0
+    reflog_entries_checked: int = 0
+    packs_checked: int = 0
+    problems: list[Problem] = Field(default_factory=list)
+
+
+class StatsReport(BaseModel):
+    """What a store holds and how much it saves."""
+
+    objects: int = 0
+    objects_by_kind: dict[str, int] = Field(default_factory=dict)
+    threads: int = 0
+    runs: int = 0
+    loose_objects: int = 0
+    loose_bytes: int = 0
+    packs: int = 0
+    packed_bytes: int = 0
+    stored_bytes: int = 0
+    """Bytes the store occupies (loose files, packs and indexes)."""
+    unique_bytes: int = 0
+    """Uncompressed size of every distinct object."""
+    logical_bytes: int = 0
+    """What per-thread and per-checkpoint copies would hold: every thread's entry payloads
+    plus every saved checkpoint's full message list and system prompt."""
+    dedup_ratio: float = 0.0
+    """logical_bytes / unique_bytes."""
+    compression_ratio: float = 0.0
+    """unique_bytes / stored_bytes."""
+    total_ratio: float = 0.0
+    """logical_bytes / stored_bytes."""
