@@ -10,7 +10,10 @@ messages that are new or changed since iteration k, and no iteration is overwrit
 from __future__ import annotations
 
 import builtins
+import heapq
 import json
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from ..backends import Store
@@ -32,6 +35,24 @@ from .cache import BoundedCache
 from .commit import MAX_ATTEMPTS
 from .models import Checkpoint
 from .state import CHECKPOINT_PREFIX
+
+
+def _newest_first(node: CheckpointNode) -> float:
+    """A heap key that pops the newest created_at first."""
+    return -parse_time(node.created_at).timestamp()
+
+
+def merge_checkpoints(
+    ours: str, our_node: CheckpointNode, theirs: str, their_node: CheckpointNode
+) -> CheckpointNode:
+    """A node joining two histories of one run: the newer side's content, both as parents."""
+    newer, older = (
+        (ours, theirs)
+        if (our_node.created_at, ours) >= (their_node.created_at, theirs)
+        else (theirs, ours)
+    )
+    content = our_node if newer == ours else their_node
+    return replace(content, previous=(newer, older))
 
 
 def checkpoint_ref(run_id: str) -> str:
@@ -154,7 +175,7 @@ class CheckpointStore:
                 message_count=len(links),
                 messages=parent,
                 system_prompt=prompt_oid,
-                previous=previous,
+                previous=(previous,) if previous else (),
             )
             body = node.body()
             oid = object_id(Kind.CHECKPOINT, body)
@@ -186,14 +207,28 @@ class CheckpointStore:
                 return checkpoint
         raise CheckpointNotFound(f"no checkpoint for run {run_id!r} at iteration {iteration}")
 
-    def _walk(self, run_id: str) -> Any:
-        current = self._head(run_id)
-        if current is None:
+    def _walk(self, run_id: str) -> Iterator[tuple[str, CheckpointNode]]:
+        """The run's saved iterations, newest created_at first (merge nodes skipped)."""
+        head = self._head(run_id)
+        if head is None:
             raise CheckpointNotFound(f"no checkpoint for run {run_id!r}")
-        while current is not None:
-            node = self.node(current)
-            yield current, node
-            current = node.previous
+        first = self.node(head)
+        if not first.is_merge:  # the ref's own node comes first even if clocks disagree
+            yield head, first
+        heap = [(_newest_first(self.node(oid)), oid) for oid in first.previous]
+        heapq.heapify(heap)
+        seen = {head}
+        while heap:
+            _, oid = heapq.heappop(heap)
+            if oid in seen:
+                continue
+            seen.add(oid)
+            node = self.node(oid)
+            if not node.is_merge:
+                yield oid, node
+            for parent in node.previous:
+                if parent not in seen:
+                    heapq.heappush(heap, (_newest_first(self.node(parent)), parent))
 
     def has_checkpoint(self, run_id: str) -> bool:
         """True if the run has a checkpoint."""

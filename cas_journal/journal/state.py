@@ -9,16 +9,25 @@ without reading their states.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..backends import Store
+from ..backends import RefStore, Store
 from ..errors import CorruptObject, CorruptRef, ThreadNotFound
 from ..names import validate_id
-from ..objects import Kind, ThreadStateNode, format_time, is_oid, object_id, parse_time
+from ..objects import (
+    Kind,
+    ThreadStateNode,
+    canonical_json,
+    format_time,
+    is_oid,
+    object_id,
+    parse_time,
+)
 from .cache import BoundedCache
 from .models import ThreadMeta
 from .payload import compact_model
@@ -75,6 +84,47 @@ def meta_from_state(state_oid: str, state: ThreadStateNode) -> ThreadMeta:
         ) from exc
     meta._state_oid = state_oid
     return meta
+
+
+def merge_thread_states(
+    leaf_time: Callable[[str], str],
+    ours: str,
+    our_state: ThreadStateNode,
+    theirs: str,
+    their_state: ThreadStateNode,
+) -> ThreadStateNode:
+    """A state joining two diverged histories of one thread; no entry of either is lost.
+
+    Heads: the union. Leaf: the newer of the two leaves (``leaf_time`` gives an entry's
+    canonical created_at). Metadata: the side with the newer updated_at, keeping the
+    earlier created_at. Parents: both states.
+    """
+    heads = tuple(sorted(set(our_state.heads) | set(their_state.heads)))
+    leaves = [leaf for leaf in (our_state.leaf, their_state.leaf) if leaf]
+    leaf = max(leaves, key=lambda oid: (leaf_time(oid), oid)) if leaves else None
+    newer = max(
+        (our_state.meta, their_state.meta),
+        key=lambda meta: (str(meta.get("updated_at", "")), canonical_json(meta)),
+    )
+    meta = dict(newer)
+    created = [
+        str(m["created_at"]) for m in (our_state.meta, their_state.meta) if "created_at" in m
+    ]
+    if created:
+        meta["created_at"] = min(created)
+    return ThreadStateNode(meta, leaf, heads, (ours, theirs))
+
+
+def ensure_index(refs: RefStore, meta: ThreadMeta, previous: ThreadMeta | None = None) -> None:
+    """Make the listing ref of a thread match its metadata (after a sync or merge)."""
+    if meta.created_at is None:
+        return
+    key = index_key(meta.created_at, meta.id)
+    refs.set_if_equals(key, None, "1", "index", log=False)
+    if previous is not None and previous.created_at is not None:
+        old = index_key(previous.created_at, previous.id)
+        if old != key:
+            refs.set_if_equals(old, "1", None, log=False)
 
 
 @dataclass(frozen=True)

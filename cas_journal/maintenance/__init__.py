@@ -5,6 +5,7 @@ from .collector import gc
 from .packer import pack
 from .reports import FsckReport, GcReport, PackReport, Problem, Progress, StatsReport
 from .statistics import stats
+from .sync import SyncReport, sync
 
 __all__ = [
     "FsckReport",
@@ -13,8 +14,10 @@ __all__ = [
     "Problem",
     "Progress",
     "StatsReport",
+    "SyncReport",
     "fsck",
     "gc",
     "pack",
     "stats",
+    "sync",
 ]

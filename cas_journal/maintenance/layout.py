@@ -96,18 +96,21 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                             entries.add(entry)
                             payloads.add(payloads_of.get(entry))
             else:
-                current: str | None = value
-                while current is not None and current not in checkpoints.seen:
+                pending = [value]
+                while pending:
+                    current = pending.pop()
+                    if current in checkpoints.seen:
+                        continue
                     checkpoints.add(current)
                     node = _node(store, current, Kind.CHECKPOINT)
                     if not isinstance(node, CheckpointNode):
-                        break
+                        continue
                     if node.messages:
                         for link in chain(node.messages, link_parent, Kind.MESSAGE):
                             links.add(link)
                             messages.add(payloads_of.get(link))
                     messages.add(node.system_prompt)
-                    current = node.previous
+                    pending.extend(reversed(node.previous))
     small_payloads, large = _split_large(store, payloads.order)
     small_messages, large_messages = _split_large(store, messages.order)
     ordered = [

@@ -70,13 +70,20 @@ def _thread_bytes(sizes: _Sizes, state_oid: str) -> int:
 def _run_bytes(sizes: _Sizes, checkpoint_oid: str) -> int:
     total = 0
     chain_bytes: dict[str, int] = {}
-    current: str | None = checkpoint_oid
-    while current is not None:
+    pending = [checkpoint_oid]
+    seen: set[str] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
         node = sizes.load(current)
         if not isinstance(node, CheckpointNode):
-            break
-        total += sizes.size(node.system_prompt) + _chain_bytes(sizes, node.messages, chain_bytes)
-        current = node.previous
+            continue
+        if not node.is_merge:  # a merge repeats the content of its newer parent
+            total += sizes.size(node.system_prompt)
+            total += _chain_bytes(sizes, node.messages, chain_bytes)
+        pending.extend(node.previous)
     return total
 
 

@@ -219,7 +219,11 @@ class ThreadStateNode:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointNode:
-    """One saved iteration of a run; ``previous`` links the run's history."""
+    """One saved iteration of a run; ``previous`` links the run's history.
+
+    ``previous`` holds one checkpoint normally, two for a merge (two stores saved the run
+    independently and a sync joined them: the merge repeats the newer side's content).
+    """
 
     run_id: str
     created_at: str
@@ -230,7 +234,7 @@ class CheckpointNode:
     message_count: int = 0
     messages: str | None = None
     system_prompt: str | None = None
-    previous: str | None = None
+    previous: tuple[str, ...] = ()
 
     FIELDS = frozenset(
         {
@@ -258,7 +262,7 @@ class CheckpointNode:
                 "message_count": self.message_count,
                 "messages": self.messages,
                 "system_prompt": self.system_prompt,
-                "previous": self.previous,
+                "previous": list(self.previous),
             }
         )
         fields["run_id"] = self.run_id
@@ -267,16 +271,19 @@ class CheckpointNode:
 
     def references(self) -> list[str]:
         """Oids this checkpoint points at."""
-        return [ref for ref in (self.previous, self.messages, self.system_prompt) if ref]
+        return [*self.previous, *(ref for ref in (self.messages, self.system_prompt) if ref)]
 
     def typed_references(self) -> list[tuple[str, Kind]]:
         """Oids this checkpoint points at, with the kind each must be."""
-        pairs = [
-            (self.previous, Kind.CHECKPOINT),
-            (self.messages, Kind.MESSAGE),
-            (self.system_prompt, Kind.BLOB),
+        pairs = [(self.messages, Kind.MESSAGE), (self.system_prompt, Kind.BLOB)]
+        return [(oid, Kind.CHECKPOINT) for oid in self.previous] + [
+            (oid, kind) for oid, kind in pairs if oid
         ]
-        return [(oid, kind) for oid, kind in pairs if oid]
+
+    @property
+    def is_merge(self) -> bool:
+        """True for a node that only joins two histories."""
+        return len(self.previous) > 1
 
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> CheckpointNode:
@@ -293,7 +300,7 @@ class CheckpointNode:
             message_count=r.int_field("message_count"),
             messages=r.oid_field("messages"),
             system_prompt=r.oid_field("system_prompt"),
-            previous=r.oid_field("previous"),
+            previous=r.oid_list("previous"),
         )
         if not node.run_id:
             raise r.fail("run id is empty")
