@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from journal_helpers import at, contents, stored, user
 
 import cas_journal as cj
 from cas_journal.maintenance import fsck, sync
 from cas_journal.objects import Kind, ObjectCodec
-from journal_helpers import at, contents, stored, user
 
 
 @pytest.fixture(params=["memory", "local"])

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 
-from ..errors import InvalidInputError
-from ..objects import Kind, ObjectCodec
+from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
+from ..objects import Kind, ObjectCodec, is_oid
 
 MAX_REF_VALUE_BYTES = 64 * 1024
 
@@ -83,6 +83,20 @@ class ObjectStore(abc.ABC):
     def oids_with_prefix(self, prefix: str) -> list[str]:
         """Sorted oids starting with a (lowercase hex) prefix."""
         return sorted(oid for oid in self.iter_oids() if oid.startswith(prefix))
+
+    def resolve(self, prefix: str) -> str:
+        """The one stored oid starting with ``prefix``; ObjectNotFound or AmbiguousPrefix."""
+        prefix = prefix.lower()
+        if is_oid(prefix):
+            if not self.has(prefix):
+                raise ObjectNotFound(f"object {prefix} not found")
+            return prefix
+        found = self.oids_with_prefix(prefix)
+        if not found:
+            raise ObjectNotFound(f"no object id starts with {prefix!r}")
+        if len(found) > 1:
+            raise AmbiguousPrefix(prefix, found)
+        return found[0]
 
 
 class RefStore(abc.ABC):

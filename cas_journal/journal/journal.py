@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 from ..backends import MemoryStore, Store, open_store
 from ..errors import (
+    AmbiguousPrefix,
     ConflictError,
     EntryNotFound,
     InvalidParent,
@@ -339,6 +340,25 @@ class Journal:
             raise EntryNotFound(f"entry {entry_id!r} not found in thread {thread_id!r}")
         return self.reader.entry(thread_id, entry_id)
 
+    def resolve_entry(self, thread_id: str, prefix: str) -> str:
+        """The one entry of the thread whose id starts with ``prefix``.
+
+        ThreadNotFound, EntryNotFound if no entry of the thread matches, AmbiguousPrefix
+        (listing them) if several do.
+        """
+        head = self.states.read(thread_id)
+        prefix = prefix.lower()
+        matches = [
+            oid
+            for oid in ([prefix] if is_oid(prefix) else self.store.objects.oids_with_prefix(prefix))
+            if self._in_thread(head, oid)
+        ]
+        if not matches:
+            raise EntryNotFound(f"no entry of thread {thread_id!r} starts with {prefix!r}")
+        if len(matches) > 1:
+            raise AmbiguousPrefix(prefix, matches)
+        return matches[0]
+
     def entries(self, thread_id: str) -> list[Entry]:
         """Every entry of the thread, abandoned branches included, oldest first."""
         head = self.states.read(thread_id)
@@ -403,6 +423,31 @@ class Journal:
         )
         state = ThreadStateNode(meta_to_state(meta), target or None, (target,) if target else ())
         return self._create(new_id, state, "fork")
+
+    # -- import (used by cas_journal.maintenance.transfer) -----------------------------
+
+    def create_thread_with_heads(self, meta: ThreadMeta, heads: Iterable[str]) -> ThreadMeta:
+        """Create a thread over entries already stored, every branch included.
+
+        ``heads`` are the branch heads ``entries()`` walks back from; ``meta.leaf_id`` is
+        the leaf ("" for none) and is added as a head if no head reaches it. Every head
+        must be a stored entry (EntryNotFound). The metadata is kept as given (created_at,
+        updated_at, fork fields), unlike ``create_thread``. ThreadExists if the id is taken.
+        """
+        thread_id = validate_id(meta.id, "thread id")
+        head_set = set(heads)
+        for head in head_set:
+            self.graph.require(head, "head entry")
+        leaf = meta.leaf_id or None
+        if leaf is not None and not self.graph.contains(head_set, leaf):
+            self.graph.require(leaf, "leaf entry")
+            head_set.add(leaf)
+        created = meta.created_at or utc_now()
+        fresh = meta.model_copy(
+            update={"created_at": created, "updated_at": meta.updated_at or created}
+        )
+        state = ThreadStateNode(meta_to_state(fresh), leaf, tuple(sorted(head_set)))
+        return self._create(thread_id, state, "import")
 
     # -- turn leases ---------------------------------------------------------------------
 

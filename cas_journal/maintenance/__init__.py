@@ -6,17 +6,22 @@ from .packer import pack
 from .reports import FsckReport, GcReport, PackReport, Problem, Progress, StatsReport
 from .statistics import stats
 from .sync import SyncReport, sync
+from .transfer import ImportReport, MalformedExport, export_thread, import_jsonl
 
 __all__ = [
     "FsckReport",
     "GcReport",
+    "ImportReport",
+    "MalformedExport",
     "PackReport",
     "Problem",
     "Progress",
     "StatsReport",
     "SyncReport",
+    "export_thread",
     "fsck",
     "gc",
+    "import_jsonl",
     "pack",
     "stats",
     "sync",

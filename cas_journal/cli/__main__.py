@@ -1,0 +1,5 @@
+"""``python -m cas_journal.cli``: the same as ``cas-journal``."""
+
+from . import main
+
+main()
