@@ -24,19 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "cli.md"
 
 
-def maintenance_ready() -> bool:
-    try:
-        from cas_journal.maintenance import fsck, gc, pack, stats  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_maintenance = pytest.mark.skipif(
-    not maintenance_ready(), reason="cas_journal.maintenance is not available yet"
-)
-
-
 class Cli:
     """Runs commands against one store with CliRunner."""
 
@@ -426,7 +413,6 @@ def test_checkpoints_commands(loaded):
 # -- maintenance ---------------------------------------------------------------------------
 
 
-@needs_maintenance
 def test_pack_gc_fsck_stats(loaded):
     run, _ = loaded
     for args in (
@@ -446,7 +432,6 @@ def test_pack_gc_fsck_stats(loaded):
     assert run.json("fsck")["ok"] is True
 
 
-@needs_maintenance
 def test_fsck_exits_1_on_a_damaged_store(loaded):
     run, ids = loaded
     path = run.store / "objects" / ids["e"][:2] / ids["e"][2:]
@@ -513,7 +498,6 @@ def test_import_malformed_line_names_it_and_changes_nothing(loaded, tmp_path):
 # -- demo ------------------------------------------------------------------------------------
 
 
-@needs_maintenance
 def test_demo_is_deterministic_and_rerunnable(tmp_path):
     run = Cli(tmp_path / "demo")
     out = run.ok("demo").stdout
@@ -603,18 +587,18 @@ def test_every_json_output_parses_and_carries_the_documented_fields(loaded, tmp_
     }
     _documented("import", set(data))
 
-    if maintenance_ready():
-        from cas_journal.maintenance import FsckReport, GcReport, PackReport, StatsReport
+    from cas_journal.maintenance import FsckReport, GcReport, PackReport, StatsReport, SyncReport
 
-        for args, model, section in (
-            (["pack"], PackReport, "pack"),
-            (["gc", "--dry-run"], GcReport, "gc"),
-            (["fsck"], FsckReport, "fsck"),
-            (["stats"], StatsReport, "stats"),
-        ):
-            data = run.json(*args)
-            assert set(data) == set(model.model_fields), args
-            _documented(section, set(data))
+    for args, model, section in (
+        (["pack"], PackReport, "pack"),
+        (["gc", "--dry-run"], GcReport, "gc"),
+        (["fsck"], FsckReport, "fsck"),
+        (["stats"], StatsReport, "stats"),
+        (["push", str(run.store)], SyncReport, "sync"),
+    ):
+        data = run.json(*args)
+        assert set(data) == set(model.model_fields), args
+        _documented(section, set(data))
 
 
 # -- errors, output helpers ------------------------------------------------------------------
@@ -652,6 +636,10 @@ def test_help_lists_every_command():
         "export",
         "import",
         "demo",
+        "sync",
+        "push",
+        "pull",
+        "clone",
     ):
         assert re.search(rf"^\s+{name}\s", out, re.M), name
 

@@ -6,11 +6,11 @@ same). Every command and its --json schema are described in docs/cli.md.
 
 from __future__ import annotations
 
-from . import checkpoints, demo, maintenance, objects, threads, transfer
+from . import checkpoints, demo, maintenance, objects, remote, threads, transfer
 from .app import cli
 from .tree import tree
 
-for _module in (threads, objects, checkpoints, maintenance, transfer, demo):
+for _module in (threads, objects, checkpoints, maintenance, remote, transfer, demo):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(tree)

@@ -1,0 +1,135 @@
+"""Moving history between stores: sync, push, pull, clone (thin wrappers over ``sync``)."""
+
+from __future__ import annotations
+
+import click
+
+from ..backends.local import LocalStore
+from ..backends.local.store import is_store
+from ..journal import Journal
+from ..maintenance.sync import SyncReport, sync
+from .app import Env, json_option, pass_env
+from .output import ProgressBars, echo_json, human_size, model_json
+
+_refs_option = click.option(
+    "--ref",
+    "refs",
+    multiple=True,
+    metavar="NAME",
+    help="Only this ref (threads/ID or checkpoints/RUN); repeatable. Default: all.",
+)
+_merge_option = click.option(
+    "--no-merge",
+    is_flag=True,
+    help="Leave diverged refs alone and report them (exit status 1).",
+)
+
+
+def open_location(location: str, create: bool = False) -> Journal:
+    """A journal on a store path or URL; a missing local store is an error unless ``create``."""
+    if "://" in location:
+        return Journal.open(location)
+    if not create and not is_store(location):
+        raise click.ClickException(f"no cas-journal store at {location}")
+    return Journal(LocalStore(location, create=create))
+
+
+def summary(report: SyncReport) -> str:
+    """The one-line outcome of a sync."""
+    parts = [
+        f"{report.objects_copied} object{'' if report.objects_copied == 1 else 's'} "
+        f"({human_size(report.bytes_copied)}) copied",
+        f"refs: {report.refs_created} created, {report.refs_fast_forwarded} fast-forwarded, "
+        f"{report.refs_merged} merged, {report.refs_up_to_date} up to date, "
+        f"{report.refs_ahead} ahead",
+    ]
+    if report.diverged:
+        parts.append(f"diverged (not merged): {', '.join(report.diverged)}")
+    return "; ".join(parts)
+
+
+def _run(
+    ctx: click.Context,
+    src: Journal,
+    dst: Journal,
+    refs: tuple[str, ...],
+    no_merge: bool,
+    as_json: bool,
+) -> None:
+    try:
+        with ProgressBars() as progress:
+            report = sync(
+                src.store, dst.store, list(refs) or None, merge=not no_merge, progress=progress
+            )
+    finally:
+        src.close()
+        dst.close()
+    if as_json:
+        echo_json(model_json(report))
+    else:
+        click.echo(summary(report))
+    if report.diverged:
+        ctx.exit(1)
+
+
+@click.command("sync")
+@click.argument("source")
+@click.argument("destination")
+@_refs_option
+@_merge_option
+@json_option
+@click.pass_context
+def sync_command(
+    ctx: click.Context,
+    source: str,
+    destination: str,
+    refs: tuple[str, ...],
+    no_merge: bool,
+    as_json: bool,
+) -> None:
+    """Copy what DESTINATION lacks from SOURCE and update its refs (paths or s3:// URLs)."""
+    _run(ctx, open_location(source), open_location(destination), refs, no_merge, as_json)
+
+
+@click.command()
+@click.argument("remote")
+@_refs_option
+@_merge_option
+@json_option
+@pass_env
+@click.pass_context
+def push(
+    ctx: click.Context, env: Env, remote: str, refs: tuple[str, ...], no_merge: bool, as_json: bool
+) -> None:
+    """Sync this store into REMOTE."""
+    _run(ctx, env.journal(), open_location(remote), refs, no_merge, as_json)
+
+
+@click.command()
+@click.argument("remote")
+@_refs_option
+@_merge_option
+@json_option
+@pass_env
+@click.pass_context
+def pull(
+    ctx: click.Context, env: Env, remote: str, refs: tuple[str, ...], no_merge: bool, as_json: bool
+) -> None:
+    """Sync REMOTE into this store."""
+    _run(ctx, open_location(remote), env.journal(), refs, no_merge, as_json)
+
+
+@click.command()
+@click.argument("source")
+@click.argument("destination")
+@json_option
+@click.pass_context
+def clone(ctx: click.Context, source: str, destination: str, as_json: bool) -> None:
+    """Create DESTINATION (a new store) holding everything in SOURCE."""
+    if "://" not in destination and is_store(destination):
+        raise click.ClickException(f"{destination} already holds a store; use sync instead")
+    _run(ctx, open_location(source), open_location(destination, create=True), (), False, as_json)
+
+
+COMMANDS = [sync_command, push, pull, clone]
+"""The commands this module adds to the root group."""

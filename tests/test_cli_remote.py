@@ -1,0 +1,68 @@
+"""sync, push, pull and clone from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from journal_helpers import at, user
+
+import cas_journal as cj
+from cas_journal.cli import cli
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def make(path) -> cj.Journal:
+    j = cj.Journal.open(path)
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(0)))
+    for i in range(5):
+        user(j, "t", f"m{i}", now=at(i + 1))
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"role": "user", "content": "x"}]))
+    return j
+
+
+def test_clone_push_pull_round_trip(tmp_path):
+    make(tmp_path / "a").close()
+    code, out, _ = run("clone", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert code == 0 and "2 created" in out
+    code, out, err = run("clone", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert code == 1 and "already holds a store" in err
+    with cj.Journal.open(tmp_path / "a") as a:
+        user(a, "t", "new on a", now=at(50))
+    code, out, _ = run("--store", str(tmp_path / "a"), "push", str(tmp_path / "b"), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["refs_fast_forwarded"] == 1 and report["objects_copied"] == 3
+    with cj.Journal.open(tmp_path / "b") as b:
+        assert b.path("t")[-1].message.content == "new on a"
+        user(b, "t", "new on b", now=at(60))
+    code, out, _ = run("--store", str(tmp_path / "a"), "pull", str(tmp_path / "b"))
+    assert code == 0 and "1 fast-forwarded" in out
+    with cj.Journal.open(tmp_path / "a") as a:
+        assert a.path("t")[-1].message.content == "new on b"
+
+
+def test_diverged_refs_merge_or_are_reported(tmp_path):
+    make(tmp_path / "a").close()
+    assert run("clone", str(tmp_path / "a"), str(tmp_path / "b"))[0] == 0
+    for name, when in (("a", 70), ("b", 80)):
+        with cj.Journal.open(tmp_path / name) as j:
+            user(j, "t", f"only on {name}", now=at(when))
+    code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"), "--no-merge")
+    assert code == 1 and "diverged (not merged): threads/t" in out
+    code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"), "--ref", "threads/t")
+    assert code == 0 and "1 merged" in out
+    with cj.Journal.open(tmp_path / "b") as b:
+        texts = {e.message.content for e in b.entries("t")}
+        assert {"only on a", "only on b"} <= texts
+
+
+def test_sync_errors_are_one_line(tmp_path):
+    make(tmp_path / "a").close()
+    code, _, err = run("sync", str(tmp_path / "a"), str(tmp_path / "missing"))
+    assert code == 1 and err.strip().count("\n") == 0 and "no cas-journal store" in err
+    code, _, err = run("sync", str(tmp_path / "a"), str(tmp_path / "a"), "--ref", "threads/none")
+    assert code == 1 and "no ref" in err and "Traceback" not in err
