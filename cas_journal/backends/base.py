@@ -84,6 +84,16 @@ class ObjectStore(abc.ABC):
         """Sorted oids starting with a (lowercase hex) prefix."""
         return sorted(oid for oid in self.iter_oids() if oid.startswith(prefix))
 
+    def object_time(self, oid: str) -> int | None:
+        """When an object was last written or freshened (unix seconds); None if the backend
+        does not record it (gc then has no grace period to apply) or the object is absent."""
+        return None
+
+    def usage(self) -> dict[str, int]:
+        """Objects and bytes as stored: ``loose_objects``, ``loose_bytes``, ``packs``,
+        ``packed_bytes`` (backends without packs count every object as loose)."""
+        return {"loose_objects": 0, "loose_bytes": 0, "packs": 0, "packed_bytes": 0}
+
     def resolve(self, prefix: str) -> str:
         """The one stored oid starting with ``prefix``; ObjectNotFound or AmbiguousPrefix."""
         prefix = prefix.lower()

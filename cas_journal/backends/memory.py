@@ -50,6 +50,17 @@ class MemoryObjectStore(ObjectStore):
         with self._lock:
             self._frames.pop(oid, None)
 
+    def usage(self) -> dict[str, int]:
+        """Every object counts as loose; bytes are its stored frame."""
+        with self._lock:
+            frames = list(self._frames.values())
+        return {
+            "loose_objects": len(frames),
+            "loose_bytes": sum(map(len, frames)),
+            "packs": 0,
+            "packed_bytes": 0,
+        }
+
     def stored_size(self, oid: str) -> int:
         """Bytes the object occupies (its frame)."""
         return len(self._frames[oid])

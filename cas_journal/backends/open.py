@@ -21,7 +21,7 @@ def open_store(location: str | os.PathLike[str], **options: Any) -> Store:
     if text.startswith("memory://"):
         return MemoryStore()
     if text.startswith("s3://"):
-        from .s3 import S3Store  # type: ignore[import-not-found]  # optional extra
+        from .s3 import S3Store  # optional extra: boto3 is imported only here
 
         store: Store = S3Store.from_url(text, **options)
         return store

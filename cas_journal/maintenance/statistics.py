@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections import Counter
 
 from ..backends import Store
-from ..backends.local.objects import LocalObjectStore
-from ..backends.memory import MemoryObjectStore
 from ..errors import JournalError
 from ..journal.state import CHECKPOINT_PREFIX, THREAD_PREFIX
 from ..objects import (
@@ -118,22 +116,11 @@ def stats(store: Store) -> StatsReport:
         sizes.sizes[oid] = len(body)
     report.objects_by_kind = dict(sorted(kinds.items()))
     report.objects = sum(kinds.values())
-    objects = store.objects
-    if isinstance(objects, LocalObjectStore):
-        usage = objects.usage()
-        report.loose_objects = usage["loose_objects"]
-        report.loose_bytes = usage["loose_bytes"]
-        report.packs = usage["packs"]
-        report.packed_bytes = usage["packed_bytes"]
-    elif isinstance(objects, MemoryObjectStore):
-        report.loose_objects = report.objects
-        report.loose_bytes = sum(objects.stored_size(oid) for oid in objects.iter_oids())
-    else:
-        usage_of = getattr(objects, "usage", None)
-        if usage_of is not None:
-            usage = usage_of()
-            report.loose_objects = usage.get("loose_objects", 0)
-            report.loose_bytes = usage.get("loose_bytes", 0)
+    usage = store.objects.usage()
+    report.loose_objects = usage["loose_objects"]
+    report.loose_bytes = usage["loose_bytes"]
+    report.packs = usage["packs"]
+    report.packed_bytes = usage["packed_bytes"]
     report.stored_bytes = report.loose_bytes + report.packed_bytes
     for name in store.refs.list_refs(THREAD_PREFIX):
         value = store.refs.read_ref(name)
