@@ -12,9 +12,15 @@ import cas_journal as cj
 from cas_journal.objects import Kind
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(params=["memory", "local", "s3"])
 def j(request, tmp_path):
-    journal = cj.Journal.memory() if request.param == "memory" else cj.Journal.open(tmp_path / "s")
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        journal = cj.Journal(server.open(server.new_bucket()))
+    elif request.param == "memory":
+        journal = cj.Journal.memory()
+    else:
+        journal = cj.Journal.open(tmp_path / "s")
     yield journal
     journal.close()
 

@@ -10,10 +10,17 @@ from cas_journal.maintenance import fsck, sync
 from cas_journal.objects import Kind, ObjectCodec
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(params=["memory", "local", "local-to-s3", "s3-to-local"])
 def pair(request, tmp_path):
     if request.param == "memory":
         yield cj.Journal.memory(), cj.Journal.memory()
+    elif "s3" in request.param:
+        server = request.getfixturevalue("s3_server")
+        remote = cj.Journal(server.open(server.new_bucket()))
+        local = cj.Journal.open(tmp_path / "local", durable=False)
+        yield (local, remote) if request.param == "local-to-s3" else (remote, local)
+        local.close()
+        remote.close()
     else:
         src = cj.Journal.open(tmp_path / "src", durable=False)
         dst = cj.Journal.open(tmp_path / "dst", durable=False)
