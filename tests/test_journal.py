@@ -464,3 +464,16 @@ def test_lease_created_at_is_kept(j):
     )
     assert lease.created_at == at(3)
     assert j.clear_expired_turn_lease("t", at(3) + timedelta(microseconds=1)) == lease
+
+
+def test_a_stale_listing_entry_never_shows_a_thread_twice(j):
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(1)))
+    stale = j.thread("t")
+    j.delete_thread("t")
+    # an interrupted delete leaves the old listing ref behind; the id is then reused
+    from cas_journal.journal.state import index_key
+
+    assert stale.created_at is not None
+    j.store.refs.set_if_equals(index_key(stale.created_at, "t"), None, "1", log=False)
+    j.create_thread(cj.ThreadMeta(id="t", created_at=at(5)))
+    assert [t.id for t in j.list_threads()] == ["t"]

@@ -343,3 +343,16 @@ def test_stats_counts_and_ratios(j):
     assert packed.packed_bytes == packed.stored_bytes < report.stored_bytes
     assert packed.logical_bytes == report.logical_bytes
     assert packed.total_ratio > report.total_ratio
+
+
+def test_gc_removes_temp_files_left_by_killed_writers(j):
+    build(j)
+    leftover = Path(j.store.objects.loose_path(j.path("base")[0].id)).parent / ".tmp-killed-writer"
+    leftover.write_bytes(b"half an object")
+    fresh = leftover.with_name(".tmp-writing-now")
+    fresh.write_bytes(b"still being written")
+    old = time.time() - 7200
+    os.utime(leftover, (old, old))
+    report = gc(j.store)
+    assert report.temp_files_removed == 1
+    assert not leftover.exists() and fresh.exists()

@@ -12,6 +12,7 @@ A Store bundles one of each with the settings both share.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -83,6 +84,12 @@ class ObjectStore(abc.ABC):
     def oids_with_prefix(self, prefix: str) -> list[str]:
         """Sorted oids starting with a (lowercase hex) prefix."""
         return sorted(oid for oid in self.iter_oids() if oid.startswith(prefix))
+
+    def write_guard(self) -> contextlib.AbstractContextManager[None]:
+        """Held by a writer from its first object write until the ref swap that links
+        them; a backend whose gc can prune without a grace period makes it exclude that
+        (the local store does). A no-op by default."""
+        return contextlib.nullcontext()
 
     def object_time(self, oid: str) -> int | None:
         """When an object was last written or freshened (unix seconds); None if the backend

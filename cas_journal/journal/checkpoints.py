@@ -141,6 +141,10 @@ class CheckpointStore:
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         """Save one iteration; returns it with created_at and message_count filled in."""
+        with self.store.objects.write_guard():  # from the reuse check to the ref swap
+            return self._save(checkpoint)
+
+    def _save(self, checkpoint: Checkpoint) -> Checkpoint:
         name = checkpoint_ref(checkpoint.run_id)
         created = ensure_utc(checkpoint.created_at) if checkpoint.created_at else utc_now()
         links: list[tuple[str, bytes, bytes]] = []  # node oid, node body, message body

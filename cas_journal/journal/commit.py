@@ -46,21 +46,23 @@ def commit(
     store = states.store
     name = thread_ref(thread_id)
     for attempt in range(MAX_ATTEMPTS):
-        head = states.read(thread_id)
-        update = build(head)
-        if update is None:
-            return None, head.state_oid
-        state_oid, state_body = states.write(update.state)
-        store.objects.put_many([*update.objects, (Kind.THREAD, state_body)])
-        try:
-            swapped = store.refs.set_if_equals(name, head.state_oid, state_oid, reason)
-        except StorageError as exc:
-            # the swap may have happened before the failure (e.g. syncing the directory)
-            if _reads_back(states, name, state_oid):
-                raise AppendCommittedError(
-                    f"{reason} on thread {thread_id!r} is committed, but: {exc}", update.result
-                ) from exc
-            raise
+        with store.objects.write_guard():
+            head = states.read(thread_id)
+            update = build(head)
+            if update is None:
+                return None, head.state_oid
+            state_oid, state_body = states.write(update.state)
+            store.objects.put_many([*update.objects, (Kind.THREAD, state_body)])
+            try:
+                swapped = store.refs.set_if_equals(name, head.state_oid, state_oid, reason)
+            except StorageError as exc:
+                # the swap may have happened before the failure (e.g. syncing the directory)
+                if _reads_back(states, name, state_oid):
+                    raise AppendCommittedError(
+                        f"{reason} on thread {thread_id!r} is committed, but: {exc}",
+                        update.result,
+                    ) from exc
+                raise
         if swapped:
             return update, state_oid
         _pause(attempt)

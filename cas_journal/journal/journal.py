@@ -131,12 +131,14 @@ class Journal:
         if refs.read_ref(name) is not None:
             raise ThreadExists(f"thread {thread_id!r} already exists")
         state_oid, body = self.states.write(state)
-        self.store.objects.put(Kind.THREAD, body)
         meta = meta_from_state(state_oid, state)
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
-        added_index = refs.set_if_equals(index, None, "1", reason, log=False)
-        if not refs.set_if_equals(name, None, state_oid, reason):
+        with self.store.objects.write_guard():
+            self.store.objects.put(Kind.THREAD, body)
+            added_index = refs.set_if_equals(index, None, "1", reason, log=False)
+            created = refs.set_if_equals(name, None, state_oid, reason)
+        if not created:
             if added_index:
                 refs.set_if_equals(index, "1", None, log=False)
             raise ThreadExists(f"thread {thread_id!r} already exists")
@@ -229,6 +231,8 @@ class Journal:
                     meta = self.thread(thread_id_from_index(name))
                 except ThreadNotFound:
                     continue  # a create or delete is in flight, or was interrupted
+                if meta.created_at is None or index_key(meta.created_at, meta.id) != name:
+                    continue  # left by an interrupted delete of an earlier thread of this id
                 if meta.archived and not include_archived:
                     continue
                 yield meta

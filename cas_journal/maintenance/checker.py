@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 
 from ..backends import Store
 from ..backends.local.objects import LocalObjectStore, verify_loose_file
-from ..errors import JournalError
+from ..errors import CorruptRef, JournalError
 from ..journal.leases import decode_lease
 from ..journal.state import LEASE_PREFIX
 from ..objects import Kind, parse_canonical, typed_references
 from .reports import FsckReport, Problem, Progress
-from .walk import roots, walk
+from .walk import ROOT_PREFIXES, walk
 
 Report = Callable[[str, str], None]
 
@@ -31,7 +31,7 @@ def fsck(store: Store, *, quick: bool = False, progress: Progress | None = None)
     def problem(subject: str, message: str) -> None:
         report.problems.append(Problem(subject=subject, message=message))
 
-    start = list(roots(store))
+    start = _roots(store, problem)
     report.refs_checked = sum(1 for _, _, where in start if where.startswith("ref "))
     report.reflog_entries_checked = len(start) - report.refs_checked
     _check_leases(store, problem)
@@ -49,6 +49,29 @@ def fsck(store: Store, *, quick: bool = False, progress: Progress | None = None)
                 problem(where, f"points at {oid}, a {found.value}, not a {kind.value}")
     report.ok = not report.problems
     return report
+
+
+def _roots(store: Store, problem: Report) -> list[tuple[str, Kind, str]]:
+    """Every ref and reflog value (as ``walk.roots``), reporting unreadable ones."""
+    found: list[tuple[str, Kind, str]] = []
+    for prefix, kind in ROOT_PREFIXES.items():
+        for name in store.refs.list_refs(prefix):
+            try:
+                value = store.refs.read_ref(name)
+            except CorruptRef as exc:
+                problem(f"ref {name}", str(exc))
+                continue
+            if value is not None:
+                found.append((value, kind, f"ref {name}"))
+        for name in store.refs.reflog_names(prefix):
+            try:
+                entries = store.refs.reflog(name)
+            except CorruptRef as exc:
+                problem(f"reflog {name}", str(exc))
+                continue
+            for entry in entries:
+                found += [(v, kind, f"reflog {name}") for v in (entry.old, entry.new) if v]
+    return found
 
 
 def _check_leases(store: Store, problem: Report) -> None:

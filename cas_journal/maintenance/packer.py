@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 import zstandard
 
 from ..backends import Store
-from ..backends.local.fsutil import fsync_dir
+from ..backends.local.fsutil import fsync_dir, storage_errors
 from ..backends.local.objects import LocalObjectStore
 from ..backends.local.packs import PackedObject, PackReader, write_pack
 from ..errors import InvalidInputError
@@ -162,7 +162,7 @@ def pack(store: Store, *, progress: Progress | None = None) -> PackReport:
     """Pack every loose object and merge every pack into one (a no-op if already so)."""
     started = time.monotonic()
     objects = local_objects(store)
-    with objects.maintenance_lock():
+    with storage_errors("packing"), objects.maintenance_lock():
         packs = objects.packs()
         loose = [oid for oid, _ in objects.iter_loose()]
         before = objects.usage()
@@ -173,8 +173,12 @@ def pack(store: Store, *, progress: Progress | None = None) -> PackReport:
         keep = (set(loose) | {oid for p in packs for oid in p.iter_oids()}) - dictionaries
         new, old, _ = repack(store, keep, progress)
         remove_loose(objects, loose)
+        # only the packs whose objects are in ``keep``: a writer may have published a
+        # batch pack since they were listed, and that one is not in the new pack
+        listed = {p.name for p in packs}
         for pack_reader in old:
-            objects.remove_pack(pack_reader)
+            if pack_reader.name in listed:
+                objects.remove_pack(pack_reader)
         after = objects.usage()
     return PackReport(
         objects=new.count if new else 0,

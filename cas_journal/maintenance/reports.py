@@ -35,6 +35,8 @@ class GcReport(BaseModel):
     """Unreachable objects younger than the grace period (a writer may be linking them)."""
     reflog_entries_expired: int = 0
     packs_rewritten: int = 0
+    temp_files_removed: int = 0
+    """Temp files left by killed writers, older than the grace period (local stores)."""
     seconds: float = 0.0
 
 

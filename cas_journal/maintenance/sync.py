@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, Field
 
 from ..backends import Store
-from ..errors import ConflictError, CorruptObject, ObjectNotFound
+from ..errors import ConflictError, CorruptObject, InvalidInputError, ObjectNotFound
 from ..journal.checkpoints import merge_checkpoints
 from ..journal.state import (
     CHECKPOINT_PREFIX,
@@ -230,15 +230,16 @@ def sync(
     for name in names:
         kind = Kind.THREAD if name.startswith(THREAD_PREFIX) else Kind.CHECKPOINT
         if not name.startswith((THREAD_PREFIX, CHECKPOINT_PREFIX)):
-            raise ValueError(f"only thread and checkpoint refs sync, not {name!r}")
+            raise InvalidInputError(f"only thread and checkpoint refs sync, not {name!r}")
         value = src.refs.read_ref(name)
         if value is None:
             raise ObjectNotFound(f"source has no ref {name!r}")
         if not is_oid(value):
             raise CorruptObject(f"source ref {name!r} holds {value[:80]!r}")
         tips.append((name, value, kind))
-    copy_objects(src, dst, [(value, kind) for _, value, kind in tips], report, progress)
-    for name, value, _ in tips:
-        _update_ref(dst, name, value, merge, report)
+    with dst.objects.write_guard():  # objects found present stay until the refs link them
+        copy_objects(src, dst, [(value, kind) for _, value, kind in tips], report, progress)
+        for name, value, _ in tips:
+            _update_ref(dst, name, value, merge, report)
     report.seconds = round(time.monotonic() - started, 3)
     return report

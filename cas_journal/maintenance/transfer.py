@@ -362,6 +362,15 @@ def import_jsonl(
         else:
             todo.append(section)
 
+    with journal.store.objects.write_guard():
+        _write(journal, todo, report, progress)
+    return report
+
+
+def _write(
+    journal: Journal, todo: list[_Section], report: ImportReport, progress: Progress | None
+) -> None:
+    """Store the checked objects, then create the threads that link them."""
     objects = journal.store.objects
     pending: dict[str, tuple[Kind, bytes]] = {}
     for section in todo:
@@ -385,4 +394,3 @@ def import_jsonl(
             report.threads_unchanged.append(section.meta.id)
             continue
         report.threads_created.append(section.meta.id)
-    return report

@@ -29,6 +29,7 @@ from ...objects import (
 )
 from ..base import ObjectStore
 from .fsutil import fsync_dir, storage_errors, temp_name, write_all
+from .gclock import WritersLock
 from .packs import BlockCache, PackedObject, PackReader, write_pack
 
 PACK_THRESHOLD = 64
@@ -49,6 +50,7 @@ class LocalObjectStore(ObjectStore):
         self._packs: dict[str, PackReader] = {}
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
+        self.writers = WritersLock(root / "locks")
         self._lock = threading.Lock()
         self.refresh_packs()
 
@@ -238,6 +240,25 @@ class LocalObjectStore(ObjectStore):
         kind, body = self.codec.decode(oid, frame)
         return canonical_form(kind, body), when
 
+    def write_guard(self) -> contextlib.AbstractContextManager[None]:
+        """Shared hold on the writers' lock (a pruning gc waits for it, see gclock)."""
+        return self.writers.shared()
+
+    def loosen(self, oid: str) -> None:
+        """Give a packed object a loose copy that keeps its recorded write time (gc
+        does this before dropping a pack, so no object vanishes before its referrers)."""
+        if os.path.exists(self.loose_path(oid)):
+            return
+        data, when = self.canonical(oid)
+        kind, body = parse_canonical(oid, data)
+        _, frame = self.codec.encode(kind, body)
+        dirty: set[str] = set()
+        self._write_loose(oid, frame, dirty)
+        os.utime(self.loose_path(oid), (when, when))
+        if self.durable:
+            for directory in sorted(dirty, key=len, reverse=True):
+                fsync_dir(directory)
+
     @contextlib.contextmanager
     def maintenance_lock(self) -> Iterator[None]:
         """Exclusive across processes: one pack or gc at a time (released if killed)."""
@@ -246,7 +267,10 @@ class LocalObjectStore(ObjectStore):
         fd = os.open(locks / "maintenance", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked child may share the fd
         finally:
             os.close(fd)
 

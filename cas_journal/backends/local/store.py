@@ -44,6 +44,24 @@ def is_store(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / FORMAT_FILE).is_file()
 
 
+_LAYOUT = ("objects", "packs", "refs", "logs", "locks")
+
+
+def _interrupted_init(root: Path) -> bool:
+    """True if ``root`` is empty or holds only what an interrupted init leaves behind:
+    empty layout directories and temp files (the FORMAT file is written last)."""
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
+                return False
+            with os.scandir(entry.path) as inside:
+                if next(inside, None) is not None:
+                    return False
+    return True
+
+
 class LocalStore(Store):
     """A store in a local directory (created if missing unless ``create=False``)."""
 
@@ -64,12 +82,12 @@ class LocalStore(Store):
                     raise StoreFormatError(
                         f"no cas-journal store at {self.root} (create one with 'cas-journal init')"
                     )
-                if self.root.exists() and any(self.root.iterdir()):
+                if self.root.exists() and not _interrupted_init(self.root):
                     raise StoreFormatError(
                         f"{self.root} is not empty and holds no cas-journal store"
                     )
                 self.root.mkdir(parents=True, exist_ok=True)
-                for sub in ("objects", "packs", "refs", "logs", "locks"):
+                for sub in _LAYOUT:
                     (self.root / sub).mkdir(exist_ok=True)
                 atomic_replace(
                     self.root / FORMAT_FILE, f"{FORMAT_NAME} {FORMAT_VERSION}\n".encode(), durable

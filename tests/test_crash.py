@@ -1,0 +1,204 @@
+"""Crash at any instant: a child works on a store and is SIGKILLed; nothing acknowledged
+is lost and nothing unacknowledged is half-visible (see tests/harness.py).
+
+The CI subset runs a little over 200 kill points; ``python -m bench.soak`` runs thousands.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import harness
+import pytest
+
+import cas_journal as cj
+from cas_journal.maintenance import fsck, gc
+from cas_journal.objects import Kind, MessageNode, canonical_json, object_id
+
+# (seed, durable, mode): both durability settings, both kinds of kill timing
+STORES = [
+    (11, False, "delay"),
+    (12, True, "delay"),
+    (13, False, "syscall"),
+    (14, True, "syscall"),
+    (15, False, "mixed"),
+    (16, True, "mixed"),
+    (17, False, "mixed"),
+    (18, True, "mixed"),
+    (19, False, "syscall"),
+    (20, True, "delay"),
+    (21, False, "mixed"),
+    (22, True, "syscall"),
+    (23, True, "mixed"),
+    (24, False, "mixed"),
+]
+CYCLES_PER_STORE = 16
+
+
+def test_two_hundred_kill_points_lose_nothing(tmp_path: Path) -> None:
+    stats = harness.CycleStats()
+    started = time.monotonic()
+    for seed, durable, mode in STORES:
+        harness.run_store(tmp_path / f"s{seed}", seed, CYCLES_PER_STORE, durable, mode, stats=stats)
+    elapsed = time.monotonic() - started
+    print(
+        f"\n{stats.kills} kill points survived in {elapsed:.1f} s; in flight: "
+        f"{dict(sorted(stats.interrupted.items()))}; known-bug hits: {len(stats.known)}"
+    )
+    assert stats.failures == []
+    assert stats.kills >= 200
+    # kills landed inside the interesting operations, not only between them
+    for op in ("append", "batch", "pack", "sync", "ckpt"):
+        assert stats.interrupted.get(op, 0) > 0, stats.interrupted
+    assert stats.interrupted.get("gc", 0) + stats.interrupted.get("gc-prune", 0) > 0
+
+
+def test_the_verifier_catches_a_lost_entry(tmp_path: Path) -> None:
+    """The harness itself can fail: a store that lost an acknowledged entry is reported."""
+    stats = harness.run_store(tmp_path / "s", 5, 2, False, "delay")
+    assert stats.failures == []
+    records = harness.read_log(tmp_path / "s" / "acks")
+    model, _ = harness.replay(records)
+    with cj.Journal.open(tmp_path / "s" / "store", durable=False) as j:
+        live = model.live_threads()
+        j.create_thread(cj.ThreadMeta(id="intruder"))
+        if live:
+            with j.batch(live[0]) as b:
+                b.append(cj.Entry(type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="x")))
+    problems, _, _ = harness.verify(tmp_path / "s" / "store", tmp_path / "s" / "mirror", tmp_path / "s" / "acks")
+    assert not live or any("unacknowledged" in p for p in problems), problems
+    assert any("listed" in p for p in problems), problems
+
+
+def _chain(messages: list[dict[str, str]]) -> list[str]:
+    links, parent = [], None
+    for message in messages:
+        body = MessageNode(object_id(Kind.BLOB, canonical_json(message)), parent).body()
+        parent = object_id(Kind.MESSAGE, body)
+        links.append(parent)
+    return links
+
+
+def test_gc_keeps_what_a_young_unreachable_object_references(tmp_path: Path) -> None:
+    """Regression (fixed in maintenance/collector.py): the grace period kept a young
+    unreachable message node but deleted the older nodes below it; a later checkpoint
+    reusing that chain (save freshens only the last shared node) became unloadable."""
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(3)]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:2]))
+        j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=2, messages=messages))
+        j.checkpoints.delete("a")
+        links = _chain(messages)
+        old = time.time() - 7200  # everything two hours old except one freshened node
+        for oid, path in j.store.objects.iter_loose():
+            if oid != links[1]:
+                os.utime(path, (old, old))
+        report = gc(j.store, reflog_expiry=timedelta(0))
+        assert report.deleted_objects > 0 and report.kept_young_objects >= 3
+        assert fsck(j.store).ok
+        j.checkpoints.save(cj.Checkpoint(run_id="b", iteration=1, messages=messages))
+        assert j.checkpoints.load("b").messages == messages
+        assert fsck(j.store).ok
+
+
+def _gc_killed_at_unlink(store: Path, k: int) -> bool:
+    """Run a prune-now gc in a child that SIGKILLs itself at its kth unlink."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        real, calls = os.unlink, [0]
+
+        def unlink(path: str, *args: object, **kwargs: object) -> None:
+            calls[0] += 1
+            if calls[0] == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        os.unlink = unlink  # type: ignore[assignment]
+        with cj.Journal.open(store, durable=False) as j:
+            gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status)
+
+
+def test_gc_killed_mid_sweep_keeps_garbage_closed(tmp_path: Path) -> None:
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(12)]
+    broken = []
+    kills = 0
+    for k in range(1, 60):
+        store = tmp_path / f"s{k}"
+        with cj.Journal.open(store, durable=False) as j:
+            j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:10]))
+            j.checkpoints.delete("a")
+        if not _gc_killed_at_unlink(store, k):
+            break  # gc finished before its kth unlink: every unlink has been a kill point
+        kills += 1
+        with cj.Journal.open(store, durable=False) as j:
+            if not fsck(j.store).ok:
+                broken.append(f"fsck after kill at unlink {k}")
+            j.checkpoints.save(cj.Checkpoint(run_id="b", iteration=1, messages=messages))
+            try:
+                j.checkpoints.load("b")
+            except cj.JournalError as exc:
+                broken.append(f"kill at unlink {k}: acknowledged checkpoint unloadable: {exc}")
+    assert kills >= 21  # 10 blobs, 10 message nodes and the checkpoint are garbage
+    assert broken == []
+
+
+def test_a_store_whose_creation_was_killed_opens(tmp_path: Path) -> None:
+    """Regression (fixed in backends/local/store.py): a process killed while creating a
+    store (layout directories made, FORMAT not yet written) left a directory that every
+    later open refused as "not empty and holds no cas-journal store"."""
+    from cas_journal.backends import LocalStore
+
+    outcomes = set()
+    for k in range(1, 30):
+        target = tmp_path / f"s{k}"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            trap = harness.SyscallTrap(k)
+            trap.install()
+            trap.armed = True
+            LocalStore(target, durable=True).close()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        outcomes.add(os.WIFSIGNALED(status))
+        with cj.Journal.open(target) as j:  # must not raise StoreFormatError
+            j.create_thread(cj.ThreadMeta(id="t"))
+        assert fsck(j.store).ok
+    assert outcomes == {True, False}  # some kills landed inside the creation
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "objects").mkdir()
+    (tmp_path / "foreign" / "objects" / "mine.txt").write_text("user data")
+    with pytest.raises(cj.StoreFormatError):
+        LocalStore(tmp_path / "foreign")
+
+
+def test_pack_never_removes_a_batch_pack_written_while_it_ran(tmp_path: Path) -> None:
+    """Regression (fixed in maintenance/packer.py ``pack``): pack listed the packs, then
+    removed every pack present when it started writing, including a batch pack a writer
+    had published in between, whose objects were not in the new pack."""
+    from cas_journal.maintenance import pack
+
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        objects = j.store.objects
+        objects.put(Kind.BLOB, b"loose one")
+        written: list[str] = []
+        real_usage = objects.usage
+
+        def usage_then_a_writer_commits() -> dict[str, int]:
+            result = real_usage()
+            if not written:  # a concurrent batch commit lands right after pack listed packs
+                written.extend(objects.put_many([(Kind.BLOB, b"batch %d" % i) for i in range(100)]))
+            return result
+
+        objects.usage = usage_then_a_writer_commits  # type: ignore[method-assign]
+        pack(j.store)
+        objects.usage = real_usage  # type: ignore[method-assign]
+        assert len(written) == 100
+        assert all(objects.has(oid) for oid in written)
+        assert objects.get(written[7]) == (Kind.BLOB, b"batch 7")
