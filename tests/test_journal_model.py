@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from journal_helpers import at
 
 import cas_journal as cj
 
@@ -80,6 +81,7 @@ class JournalMachine(RuleBasedStateMachine):
                 message=cj.Message(role="user", content=f"m{self.counter}"),
             ),
             parent_id=parent,
+            now=at(self.counter),  # ids are hashes: a fixed time keeps every replay identical
         )
         expected_parent = parent if parent is not None else thread.leaf
         assert (entry.parent_id or None) == expected_parent
