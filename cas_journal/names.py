@@ -1,13 +1,15 @@
 """User-chosen ids and ref names: validation, and a collision-free encoding into file names.
 
 Any non-empty string of at most 1,024 UTF-8 bytes without NUL is a valid id. Before an id
-becomes part of a path it is percent-encoded: only ``a-z 0-9 - _`` stay as they are, and
-every other byte (``.`` included) becomes ``%XX`` with uppercase hex. The result never
-contains ``/`` or ``.`` (so no component is ``..`` or a temp file) and never differs from
-another encoding only by letter case, so no id escapes the store or collides with another
-one, even on case-insensitive file systems. Encodings longer than one path component allows
-are split into directories whose names end in ``+`` (a character the encoding never
-emits), so a file ``x`` and a directory ``x+/`` never clash.
+becomes part of a path it is escaped byte by byte: ``0-9`` and ``a-z`` stay as they are;
+any other byte becomes an escape character and two lowercase hex digits, the character
+chosen by where the byte sorts: ``%`` below ``0``, ``^`` between ``9`` and ``a``, ``~``
+above ``z``. So the encoding sorts exactly like the names it encodes (a directory listing
+is sorted without decoding it), never contains ``/``, ``.`` or ``+`` (no component is
+``..`` or a temp file) and never differs from another encoding only by letter case: no id
+escapes the store or collides with another one, even on case-insensitive file systems.
+Encodings longer than one path component allows are split into directories whose names
+end in ``+``, so a file ``x`` and a directory ``x+/`` never clash.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ MAX_REF_NAME_BYTES = 2048
 COMPONENT_LIMIT = 200
 DIRECTORY_SUFFIX = "+"
 
-_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_")
+_TOKENS = tuple(
+    chr(byte)
+    if chr(byte) in "0123456789abcdefghijklmnopqrstuvwxyz"
+    else ("%" if byte < 0x30 else "^" if byte < 0x61 else "~") + f"{byte:02x}"
+    for byte in range(256)
+)
+_ESCAPES = frozenset("%^~")
+_HEX_DIGITS = frozenset("0123456789abcdef")
 _NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
@@ -51,14 +60,9 @@ def split_ref_name(name: object) -> tuple[str, str]:
 
 
 def encode_name(text: str) -> str:
-    """Percent-encode text into a single file-name-safe string (may exceed one component)."""
-    out: list[str] = []
-    for byte in text.encode("utf-8"):
-        if byte in _SAFE:
-            out.append(chr(byte))
-        else:
-            out.append(f"%{byte:02X}")
-    return "".join(out)
+    """Escape text into one file-name-safe string that sorts like the text (may exceed
+    one path component)."""
+    return "".join([_TOKENS[byte] for byte in text.encode("utf-8")])
 
 
 def decode_name(encoded: str) -> str:
@@ -67,13 +71,9 @@ def decode_name(encoded: str) -> str:
     i = 0
     while i < len(encoded):
         char = encoded[i]
-        if char == "%":
+        if char in _ESCAPES:
             pair = encoded[i + 1 : i + 3]
-            if (
-                len(pair) != 2
-                or pair.upper() != pair
-                or any(c not in "0123456789ABCDEF" for c in pair)
-            ):
+            if len(pair) != 2 or not _HEX_DIGITS.issuperset(pair):
                 raise ValueError(f"bad escape in encoded name {encoded!r}")
             raw.append(int(pair, 16))
             i += 3
@@ -92,10 +92,10 @@ def name_to_parts(text: str) -> list[str]:
     parts: list[str] = []
     while len(encoded) > COMPONENT_LIMIT:
         cut = COMPONENT_LIMIT
-        # never split inside a %XX escape
-        if encoded[cut - 1] == "%":
+        # never split inside an escape
+        if encoded[cut - 1] in _ESCAPES:
             cut -= 1
-        elif encoded[cut - 2] == "%":
+        elif encoded[cut - 2] in _ESCAPES:
             cut -= 2
         parts.append(encoded[:cut] + DIRECTORY_SUFFIX)
         encoded = encoded[cut:]

@@ -7,7 +7,7 @@ enough for the access patterns of path walks.
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -15,10 +15,16 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[K, V]):
-    """A dict that forgets its oldest entries beyond ``limit``."""
+    """A dict that forgets its oldest entries beyond ``limit`` entries or, with ``weigh``,
+    beyond ``max_weight`` in total (e.g. bytes)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self, limit: int, weigh: Callable[[V], int] | None = None, max_weight: int = 0
+    ) -> None:
         self.limit = limit
+        self.weigh = weigh
+        self.max_weight = max_weight
+        self.weight = 0
         self._data: dict[K, V] = {}
 
     def get(self, key: K) -> V | None:
@@ -28,16 +34,28 @@ class BoundedCache(Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         """Cache and return ``value``."""
         data = self._data
-        if len(data) >= self.limit:
+        weight = self.weigh(value) if self.weigh is not None else 0
+        while data and (
+            len(data) >= self.limit or (self.weigh and self.weight + weight > self.max_weight)
+        ):
             # another thread may change the dict meanwhile: then evict next time
-            with contextlib.suppress(RuntimeError, StopIteration, KeyError):
-                del data[next(iter(data))]
+            try:
+                oldest = next(iter(data))
+                evicted = data.pop(oldest)
+            except (RuntimeError, StopIteration, KeyError):
+                break
+            if self.weigh is not None:
+                self.weight -= self.weigh(evicted)
+        if key in data and self.weigh is not None:
+            self.weight -= self.weigh(data[key])
         data[key] = value
+        self.weight += weight
         return value
 
     def clear(self) -> None:
         """Forget everything."""
         self._data.clear()
+        self.weight = 0
 
     def __len__(self) -> int:
         return len(self._data)

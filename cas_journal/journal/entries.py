@@ -17,8 +17,12 @@ from .graph import EntryGraph
 from .models import Entry
 from .payload import build_entry, parse_payload
 
-PATH_CACHE_SIZE = 64
-ENTRY_CACHE_SIZE = 1 << 16
+PATH_CACHE_SIZE = 16
+PATH_CACHE_ENTRIES = 50_000
+"""Entries held by cached paths, at most (a 10,000-entry path is one fifth of it)."""
+ENTRY_CACHE_SIZE = 1 << 14
+PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
+"""Payload text (tool outputs can be large) kept for reuse, at most."""
 
 
 class EntryReader:
@@ -27,11 +31,17 @@ class EntryReader:
     def __init__(self, graph: EntryGraph) -> None:
         self.graph = graph
         self._payloads: BoundedCache[str, tuple[dict[str, Any], str]] = BoundedCache(
-            ENTRY_CACHE_SIZE
+            ENTRY_CACHE_SIZE,
+            weigh=lambda item: 2 * len(item[1]) + 500,
+            max_weight=PAYLOAD_CACHE_BYTES,
         )
-        self._entries: BoundedCache[tuple[str, str], Entry] = BoundedCache(ENTRY_CACHE_SIZE)
+        self._entries: BoundedCache[tuple[str, str], Entry] = BoundedCache(
+            ENTRY_CACHE_SIZE,
+            weigh=lambda entry: 2 * len(entry.raw) + 1500,
+            max_weight=PAYLOAD_CACHE_BYTES,
+        )
         self._paths: BoundedCache[tuple[str, str], tuple[Entry, ...]] = BoundedCache(
-            PATH_CACHE_SIZE
+            PATH_CACHE_SIZE, weigh=len, max_weight=PATH_CACHE_ENTRIES
         )
 
     def payload(self, oid: str) -> tuple[dict[str, Any], str]:

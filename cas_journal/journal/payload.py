@@ -90,11 +90,11 @@ def prepare_entry(entry: Entry) -> Entry:
 
 
 def parse_payload(oid: str, body: bytes) -> dict[str, Any]:
-    """Validate a payload blob and return its fields; CorruptObject if it is not one."""
+    """Parse a payload blob into its fields; CorruptObject if it is not one (the field
+    values are validated when the Entry is built, see ``build_entry``)."""
     try:
         fields = canonical_fields(body)
-        Entry.model_validate(fields)
-    except (ValueError, ValidationError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:
         raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], oid) from exc
     return fields
 

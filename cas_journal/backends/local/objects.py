@@ -95,10 +95,16 @@ class LocalObjectStore(ObjectStore):
             return list(self._packs.values())
 
     def _find_in_packs(self, oid: str) -> PackReader | None:
+        found = self._locate(oid)
+        return None if found is None else found[0]
+
+    def _locate(self, oid: str) -> tuple[PackReader, int] | None:
+        """The pack holding ``oid`` and its position there (one index search)."""
         raw = bytes.fromhex(oid)
         for pack in list(self._packs.values()):
-            if pack._position(raw) >= 0:
-                return pack
+            position = pack._position(raw)
+            if position >= 0:
+                return pack, position
         return None
 
     # -- loose objects ----------------------------------------------------------------
@@ -316,12 +322,10 @@ class LocalObjectStore(ObjectStore):
         require_oid(oid)
         with storage_errors("reading an object"):
             for attempt in range(2):
-                pack = self._find_in_packs(oid)
-                if pack is not None:
-                    try:
-                        return pack.read(oid)
-                    except KeyError:
-                        pass
+                located = self._locate(oid)
+                if located is not None:
+                    pack, position = located
+                    return parse_canonical(oid, pack.canonical_at(position, oid))
                 found = self._read_loose(oid)
                 if found is not None:
                     return found

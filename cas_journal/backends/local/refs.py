@@ -11,6 +11,7 @@ anyone; a stale lock *file* is just an empty file.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import json
@@ -23,7 +24,7 @@ from pathlib import Path
 import blake3
 
 from ...errors import CorruptRef
-from ...names import name_to_parts, parts_to_name, split_ref_name
+from ...names import DIRECTORY_SUFFIX, decode_name, encode_name, name_to_parts, split_ref_name
 from ...objects import format_time, parse_time, utc_now
 from ..base import ReflogEntry, RefStore, check_ref_value
 from .fsutil import atomic_replace, fsync_dir, storage_errors, write_all
@@ -198,37 +199,61 @@ class LocalRefStore(RefStore):
         finally:
             os.close(fd)
 
-    def _walk(self, base: Path, prefix: str) -> list[str]:
-        namespace = prefix.partition("/")[0]
-        if not namespace:
-            namespaces = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
-        else:
-            namespaces = [namespace]
-        names: list[str] = []
-        for ns in namespaces:
-            top = base / ns
-            if not top.is_dir():
+    def _encoded(self, top: str) -> list[str]:
+        """The encoded names under one namespace directory, long names' chunks joined."""
+        found: list[str] = []
+        pending = [(top, "")]
+        while pending:
+            directory, joined = pending.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-            for dirpath, _dirs, files in os.walk(top):
-                relative = Path(dirpath).relative_to(top).parts
-                for file in files:
-                    if file.startswith("."):
-                        continue
-                    try:
-                        name = f"{ns}/" + parts_to_name([*relative, file])
-                    except ValueError:
-                        continue  # not one of ours
-                    if name.startswith(prefix):
-                        names.append(name)
-        names.sort()
-        return names
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue  # temp files
+                if name.endswith(DIRECTORY_SUFFIX) and entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, joined + name[: -len(DIRECTORY_SUFFIX)]))
+                else:
+                    found.append(joined + name)
+        return found
+
+    def _listing(
+        self, base: Path, prefix: str, start_after: str | None = None, limit: int = 0
+    ) -> list[str]:
+        """Names under ``prefix``, sorted, after ``start_after``: the encoding sorts like
+        the names, so only the names returned are decoded."""
+        namespace, _, rest = prefix.partition("/")
+        if not namespace:
+            spaces = sorted(e.name for e in os.scandir(base)) if base.is_dir() else []
+            names = [n for space in spaces for n in self._listing(base, f"{space}/")]
+            names = [n for n in names if start_after is None or n > start_after]
+            return names[:limit] if limit > 0 else names
+        encoded = sorted(
+            e
+            for e in self._encoded(os.path.join(base, namespace))
+            if e.startswith(encode_name(rest))
+        )
+        if start_after is not None:
+            after_space, _, after_rest = start_after.partition("/")
+            if after_space > namespace:
+                return []
+            if after_space == namespace:
+                encoded = encoded[bisect.bisect_right(encoded, encode_name(after_rest)) :]
+        out: list[str] = []
+        for name in encoded:
+            try:
+                out.append(f"{namespace}/{decode_name(name)}")
+            except ValueError:
+                continue  # not one of ours
+            if limit > 0 and len(out) >= limit:
+                break
+        return out
 
     def list_refs(self, prefix: str, start_after: str | None = None, limit: int = 0) -> list[str]:
         with storage_errors("listing refs"):
-            names = self._walk(self.refs_dir, prefix)
-        if start_after is not None:
-            names = [n for n in names if n > start_after]
-        return names[:limit] if limit > 0 else names
+            return self._listing(self.refs_dir, prefix, start_after, limit)
 
     def reflog(self, name: str) -> list[ReflogEntry]:
         path = self._log_path(name)
@@ -242,7 +267,7 @@ class LocalRefStore(RefStore):
 
     def reflog_names(self, prefix: str) -> list[str]:
         with storage_errors("listing reflogs"):
-            return self._walk(self.logs_dir, prefix)
+            return self._listing(self.logs_dir, prefix)
 
     def rewrite_reflog(self, name: str, keep: Callable[[ReflogEntry], bool]) -> int:
         path = self._log_path(name)
