@@ -99,6 +99,16 @@ def parse_payload(oid: str, body: bytes) -> dict[str, Any]:
     return fields
 
 
+def check_payload(oid: str, body: bytes) -> dict[str, Any]:
+    """Parse and fully validate a payload from an untrusted source (an import)."""
+    fields = parse_payload(oid, body)
+    try:
+        Entry.model_validate(fields)
+    except ValidationError as exc:
+        raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], oid) from exc
+    return fields
+
+
 def canonical_fields(body: bytes) -> dict[str, Any]:
     """Parse payload JSON into its field dict, refusing keys that are not payload fields."""
     fields = json.loads(body)

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import EntryNotFound, InvalidInputError, JournalError, ThreadExists, ThreadNotFound
 from ..journal import Journal, ThreadMeta
-from ..journal.payload import parse_payload
+from ..journal.payload import check_payload
 from ..names import validate_id
 from ..objects import EntryNode, Kind, is_oid, object_id, parse_time
 
@@ -249,7 +249,7 @@ class _Parser:
         self.journal.store.objects.codec.check_size(payload)
         payload_oid = object_id(Kind.BLOB, payload)
         try:
-            parse_payload(payload_oid, payload)
+            check_payload(payload_oid, payload)
         except JournalError as exc:
             raise InvalidInputError("'raw' is not a valid entry payload") from exc
         node = self.journal.new_entry_node(
