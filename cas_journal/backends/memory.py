@@ -61,10 +61,6 @@ class MemoryObjectStore(ObjectStore):
             "packed_bytes": 0,
         }
 
-    def stored_size(self, oid: str) -> int:
-        """Bytes the object occupies (its frame)."""
-        return len(self._frames[oid])
-
     def corrupt_for_tests(self, oid: str, frame: bytes) -> None:
         """Replace an object's stored frame (used by tests that damage a store)."""
         require_oid(oid)

@@ -72,15 +72,6 @@ class EntryGraph:
             node = lookup(current)
         return current
 
-    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        """True if ``ancestor`` is ``descendant`` or one of its ancestors."""
-        target = self.find(ancestor)
-        if target is None:
-            return False
-        if self.node(descendant).depth < target.depth:
-            return False
-        return self.ancestor_at(descendant, target.depth) == ancestor
-
     def contains(self, heads: Iterable[str], oid: str, leaf: str | None = None) -> bool:
         """True if ``oid`` is reachable from any head (the leaf is tried first)."""
         target = self.find(oid)

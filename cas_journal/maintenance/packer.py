@@ -130,25 +130,17 @@ def repack(
     return new, [p for p in old if new is None or p.name != new.name], old_bytes
 
 
-def remove_loose(
-    objects: LocalObjectStore, oids: Iterable[str], unless_newer_than: float | None = None
-) -> int:
-    """Delete loose copies; with a cutoff, spare files touched after it. Returns bytes freed."""
-    freed = 0
+def remove_loose(objects: LocalObjectStore, oids: Iterable[str]) -> None:
+    """Delete the loose copies of objects that are now packed."""
     directories: set[str] = set()
     for oid in oids:
         path = objects.loose_path(oid)
         with contextlib.suppress(FileNotFoundError):
-            stat = os.stat(path)
-            if unless_newer_than is not None and stat.st_mtime >= unless_newer_than:
-                continue
             os.unlink(path)
-            freed += stat.st_size
             directories.add(os.path.dirname(path))
     if objects.durable:
         for directory in directories:
             fsync_dir(directory)
-    return freed
 
 
 def _size(path: os.PathLike[str] | str) -> int:

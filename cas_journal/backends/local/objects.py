@@ -14,7 +14,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ...errors import CorruptObject, ObjectNotFound
@@ -374,18 +374,6 @@ class LocalObjectStore(ObjectStore):
         """Remove the loose copy of an object (packed copies go when gc rewrites packs)."""
         with storage_errors("deleting an object"), contextlib.suppress(FileNotFoundError):
             os.unlink(self.loose_path(oid))
-
-    def delete_many(self, oids: Iterable[str]) -> None:
-        """Remove loose copies of many objects."""
-        for oid in oids:
-            self.delete(oid)
-
-    def stored_size(self, oid: str) -> int:
-        """Bytes the loose copy occupies (0 if the object is only packed)."""
-        try:
-            return os.stat(self.loose_path(oid)).st_size
-        except FileNotFoundError:
-            return 0
 
     def close(self) -> None:
         """Unmap every pack."""
