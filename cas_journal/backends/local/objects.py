@@ -30,6 +30,7 @@ from ...objects import (
 from ..base import ObjectStore
 from .fsutil import fsync_dir, storage_errors, temp_name, write_all
 from .gclock import WritersLock
+from .merging import packs_to_merge, write_merged_pack
 from .packs import BlockCache, PackedObject, PackReader, write_pack
 
 PACK_THRESHOLD = 64
@@ -48,6 +49,8 @@ class LocalObjectStore(ObjectStore):
         self.packs_dir = root / "packs"
         self.cache = BlockCache()
         self._packs: dict[str, PackReader] = {}
+        self._last_found: PackReader | None = None
+        self._merging_failed = False
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
         self.writers = WritersLock(root / "locks")
@@ -77,6 +80,8 @@ class LocalObjectStore(ObjectStore):
                 # last reference (on POSIX a removed file stays readable while mapped)
                 del self._packs[gone]
                 changed = True
+            if self._last_found is not None and self._last_found.name not in names:
+                self._last_found = None
             for name in sorted(names - set(self._packs)):
                 try:
                     self._packs[name] = PackReader(
@@ -99,11 +104,20 @@ class LocalObjectStore(ObjectStore):
         return None if found is None else found[0]
 
     def _locate(self, oid: str) -> tuple[PackReader, int] | None:
-        """The pack holding ``oid`` and its position there (one index search)."""
+        """The pack holding ``oid`` and its position there. The pack of the last hit is
+        searched first: objects read together (a thread's chain) were packed together."""
         raw = bytes.fromhex(oid)
+        last = self._last_found
+        if last is not None:
+            position = last._position(raw)
+            if position >= 0:
+                return last, position
         for pack in list(self._packs.values()):
+            if pack is last:
+                continue
             position = pack._position(raw)
             if position >= 0:
+                self._last_found = pack
                 return pack, position
         return None
 
@@ -188,6 +202,7 @@ class LocalObjectStore(ObjectStore):
                     self.durable,
                 )
                 self.refresh_packs()
+                self.merge_batch_packs()
             else:
                 dirty: set[str] = set()
                 for oid, kind, body in new:
@@ -266,19 +281,53 @@ class LocalObjectStore(ObjectStore):
                 fsync_dir(directory)
 
     @contextlib.contextmanager
-    def maintenance_lock(self) -> Iterator[None]:
-        """Exclusive across processes: one pack or gc at a time (released if killed)."""
+    def maintenance_lock(self, wait: bool = True) -> Iterator[bool]:
+        """Exclusive across processes: one pack, gc or merge at a time (released if the
+        holder is killed). Yields True once held; with ``wait=False`` it yields False at
+        once if another holds it."""
         locks = self.loose_dir.parent / "locks"
         locks.mkdir(exist_ok=True)
         fd = os.open(locks / "maintenance", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked child may share the fd
         finally:
             os.close(fd)
+
+    def merge_batch_packs(self) -> int:
+        """Merge small batch packs as ``merging`` describes; return how many were merged.
+
+        Skipped while pack or gc runs. A merge that fails (a damaged pack, a full disk)
+        leaves every pack in place and is not tried again by this process; fsck reports
+        the damage. The merged pack is complete, synced and checked before any old one
+        goes, so a crash at any point leaves at worst duplicates.
+        """
+        if self._merging_failed or len(packs_to_merge(self.packs())) < 2:
+            return 0
+        with self.maintenance_lock(wait=False) as held:
+            chosen = packs_to_merge(self.packs()) if held else []
+            if len(chosen) < 2:
+                return 0
+            try:
+                index = write_merged_pack(self.packs_dir, chosen, self.durable)
+                self.refresh_packs()
+                merged = next(p for p in self.packs() if p.index_path == index)
+                if any(merged.position(oid) < 0 for old in chosen for oid in old.iter_oids()):
+                    raise CorruptObject(f"merged pack {merged.name} lacks objects")
+            except (OSError, CorruptObject, StopIteration):
+                self._merging_failed = True
+                return 0
+            for old in chosen:
+                if old.name != merged.name:
+                    self.remove_pack(old)
+            return len(chosen)
 
     def remove_pack(self, pack: PackReader) -> None:
         """Delete a pack: its index first, so no reader finds an index without data."""
