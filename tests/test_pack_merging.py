@@ -13,9 +13,16 @@ from hypothesis import strategies as st
 import cas_journal as cj
 from cas_journal.backends import LocalStore
 from cas_journal.backends.local import merging
-from cas_journal.backends.local.merging import MERGE_FACTOR, merge_prefix
+from cas_journal.backends.local.merging import MERGE_FACTOR, MERGE_MIN_PACKS, merge_prefix
+from cas_journal.backends.local.packs import (
+    PACK_MAGIC,
+    PackedObject,
+    PackReader,
+    copy_packs,
+    write_pack,
+)
 from cas_journal.maintenance import fsck, gc, pack
-from cas_journal.objects import Kind
+from cas_journal.objects import Kind, canonical_form, object_id
 
 BATCH = 100
 
@@ -46,7 +53,18 @@ def simulate(batches: list[int]) -> list[list[int]]:
     return history
 
 
-def test_merge_prefix_picks_the_smallest_packs_that_break_the_ratio():
+@pytest.fixture
+def eager(monkeypatch):
+    """Merge as soon as two batch packs break the ratio (the store tolerates a few)."""
+    monkeypatch.setattr(merging, "MERGE_MIN_PACKS", 1)
+
+
+def test_a_few_batch_packs_are_left_alone():
+    assert merge_prefix([100] * MERGE_MIN_PACKS) == 0
+    assert merge_prefix([100] * (MERGE_MIN_PACKS + 1)) == MERGE_MIN_PACKS + 1
+
+
+def test_merge_prefix_picks_the_smallest_packs_that_break_the_ratio(eager):
     assert merge_prefix([]) == 0
     assert merge_prefix([100]) == 0
     assert merge_prefix([100, 100]) == 2
@@ -59,19 +77,21 @@ def test_merge_prefix_picks_the_smallest_packs_that_break_the_ratio():
 @given(st.lists(st.integers(min_value=64, max_value=5000), min_size=1, max_size=300))
 def test_packs_stay_few_and_keep_the_ratio(batches):
     history = simulate(batches)
-    for packs in history:
-        total = 0
-        for count in packs:  # every pack holds MERGE_FACTOR x all smaller ones together
-            assert count >= MERGE_FACTOR * total
-            total += count
-        assert len(packs) <= 1 + math.log(total / 64, MERGE_FACTOR + 1)
+    for before, packs in zip([[], *history], history, strict=False):
+        total = sum(packs)
+        assert len(packs) <= MERGE_MIN_PACKS + 1 + math.log(total / 64, MERGE_FACTOR + 1)
+        if len(packs) <= len(before):  # a merge ran: every pack now holds MERGE_FACTOR x
+            below = 0  # all smaller ones together
+            for count in packs:
+                assert count >= MERGE_FACTOR * below
+                below += count
     assert sum(history[-1]) == sum(batches)  # merging neither loses nor invents objects
 
 
 def test_many_batch_commits_leave_few_packs_and_every_object(tmp_path):
     store = LocalStore(tmp_path / "s", durable=False)
     oids = write_batches(store, 60)
-    assert len(pack_files(store)) <= 1 + math.log(60, MERGE_FACTOR + 1)
+    assert len(pack_files(store)) <= MERGE_MIN_PACKS + 1 + math.log(60, MERGE_FACTOR + 1)
     again = LocalStore(store.root, create=False)
     assert sorted(again.objects.iter_oids()) == sorted(set(oids))
     for i in (0, 1234, len(oids) - 1):
@@ -79,7 +99,7 @@ def test_many_batch_commits_leave_few_packs_and_every_object(tmp_path):
     assert fsck(cj.Journal(again).store).ok
 
 
-def test_merging_keeps_write_times_for_gc(tmp_path):
+def test_merging_keeps_write_times_for_gc(tmp_path, eager):
     store = LocalStore(tmp_path / "s", durable=False)
     first = store.objects.put_many([(Kind.BLOB, b"old %d" % i) for i in range(BATCH)])
     (old_pack,) = store.objects.packs()
@@ -96,13 +116,13 @@ def test_no_merge_while_pack_or_gc_holds_the_maintenance_lock(tmp_path):
     other = LocalStore(tmp_path / "s", durable=False)
     with other.objects.maintenance_lock() as held:
         assert held
-        write_batches(store, 4)
-        assert len(pack_files(store)) == 4
+        write_batches(store, MERGE_MIN_PACKS + 3)
+        assert len(pack_files(store)) == MERGE_MIN_PACKS + 3
     write_batches(store, 1, tag="after")
-    assert len(pack_files(store)) < 5
+    assert len(pack_files(store)) < MERGE_MIN_PACKS + 4
 
 
-def test_a_damaged_pack_stops_merging_and_loses_nothing(tmp_path):
+def test_a_damaged_pack_stops_merging_and_loses_nothing(tmp_path, eager):
     store = LocalStore(tmp_path / "s", durable=False)
     oids = write_batches(store, 1)
     (damaged,) = store.objects.packs()
@@ -118,7 +138,7 @@ def test_a_damaged_pack_stops_merging_and_loses_nothing(tmp_path):
     assert not fsck(fresh).ok  # the damage is reported, not hidden
 
 
-def test_a_crash_mid_merge_leaves_a_valid_store(tmp_path, monkeypatch):
+def test_a_crash_mid_merge_leaves_a_valid_store(tmp_path, monkeypatch, eager):
     store = LocalStore(tmp_path / "s", durable=True)
     oids = write_batches(store, 1)
     real_remove = store.objects.remove_pack
@@ -150,7 +170,7 @@ def test_journal_batches_merge_and_gc_still_keeps_every_entry(tmp_path):
                         message=cj.Message(role="user", content=f"batch {b} message {i}"),
                     )
                 )
-    assert len(pack_files(j.store)) <= 4
+    assert len(pack_files(j.store)) <= MERGE_MIN_PACKS + 3
     gc(j.store, prune_now=True)
     path = cj.Journal.open(tmp_path / "s", durable=False).path("t")
     assert len(path) == 20 * 70
@@ -158,8 +178,29 @@ def test_journal_batches_merge_and_gc_still_keeps_every_entry(tmp_path):
     assert fsck(j.store).ok
 
 
-def test_merge_limit_leaves_big_batch_packs_alone(tmp_path, monkeypatch):
+def test_merge_limit_leaves_big_batch_packs_alone(tmp_path, monkeypatch, eager):
     monkeypatch.setattr(merging, "MERGE_LIMIT", BATCH)
     store = LocalStore(tmp_path / "s", durable=False)
     write_batches(store, 3)
     assert len(pack_files(store)) == 3
+
+
+def test_merging_copies_compressed_blocks_and_keeps_one_copy_of_each_object(tmp_path):
+    directory = tmp_path / "packs"
+    directory.mkdir()
+    first = [PackedObject(*_canonical(b"shared %d" % i)) for i in range(50)]
+    second = first[25:] + [PackedObject(*_canonical(b"own %d" % i)) for i in range(50)]
+    readers = [
+        PackReader(write_pack(directory, objs, durable=False), 1 << 20) for objs in (first, second)
+    ]
+    merged = PackReader(copy_packs(directory, readers, durable=False), 1 << 20)
+    sizes = [r.pack_path.stat().st_size - len(PACK_MAGIC) for r in readers]
+    assert merged.pack_path.stat().st_size == len(PACK_MAGIC) + sum(sizes)  # verbatim
+    assert merged.count == 100
+    for obj in first + second:
+        assert merged.read_canonical(obj.oid) == obj.data
+
+
+def _canonical(body: bytes) -> tuple[str, bytes]:
+    data = canonical_form(Kind.BLOB, body)
+    return object_id(Kind.BLOB, body), data

@@ -319,9 +319,13 @@ class LocalObjectStore(ObjectStore):
                 index = write_merged_pack(self.packs_dir, chosen, self.durable)
                 self.refresh_packs()
                 merged = next(p for p in self.packs() if p.index_path == index)
-                if any(merged.position(oid) < 0 for old in chosen for oid in old.iter_oids()):
-                    raise CorruptObject(f"merged pack {merged.name} lacks objects")
-            except (OSError, CorruptObject, StopIteration):
+                wanted: set[bytes] = set()
+                for old in chosen:
+                    table = old.oid_table()
+                    wanted.update(table[at : at + 32] for at in range(0, len(table), 32))
+                if merged.oid_table() != b"".join(sorted(wanted)):
+                    raise CorruptObject(f"merged pack {merged.name} does not hold what it merged")
+            except (OSError, ValueError, CorruptObject, StopIteration):
                 self._merging_failed = True
                 return 0
             for old in chosen:

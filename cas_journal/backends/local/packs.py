@@ -190,6 +190,22 @@ class PackReader:
         at = self._oids_at + position * 32
         return self._index[at : at + 32].hex()
 
+    def oid_table(self) -> bytes:
+        """The sorted oids as stored: ``count`` raw 32-byte digests back to back."""
+        return self._index[self._oids_at : self._locations_at]
+
+    def entries(self) -> list[tuple[bytes, int, int, int, int]]:
+        """``(raw oid, block, offset, length, time)`` of every object, in sorted order."""
+        table = self.oid_table()
+        locations = _LOCATION.iter_unpack(self._index[self._locations_at : self._times_at])
+        times = _TIME.iter_unpack(self._index[self._times_at : self._blocks_at])
+        return [
+            (table[at * 32 : at * 32 + 32], block, offset, length, when)
+            for at, ((block, offset, length), (when,)) in enumerate(
+                zip(locations, times, strict=True)
+            )
+        ]
+
     def iter_oids(self) -> Iterator[str]:
         """Every oid in this pack, sorted."""
         for position in range(self.count):
@@ -262,6 +278,10 @@ class PackReader:
                 raise CorruptObject("pack dictionary is not a blob", self.dictionary_oid)
             self._dictionary = zstandard.ZstdCompressionDict(body)
         return self._dictionary
+
+    def raw_block(self, offset: int, length: int) -> bytes:
+        """Compressed bytes of a block, as ``block_entry`` locates them."""
+        return self._pack[offset : offset + length]
 
     def block(self, block: int, allow_dictionary: bool = True) -> bytes:
         """The decompressed content of one block (cached)."""
@@ -396,6 +416,63 @@ def write_pack(
     index = _build_index(
         entries, blocks, position, dictionary.oid if dictionary else None, maintained
     )
+    return _publish(directory, tmp_pack, index, durable)
+
+
+def copy_packs(directory: Path, packs: Iterable[PackReader], durable: bool) -> Path | None:
+    """Write one pack holding the blocks of ``packs`` copied verbatim, in the given order;
+    return its index path (None if they hold nothing).
+
+    Nothing is recompressed, so merging costs a copy of the compressed bytes plus a new
+    index; every copied object is still decompressed and checked against its id first
+    (CorruptObject), so a merge never carries damage along unnoticed. An object held by
+    two of the packs keeps its first copy. Each object keeps the write time gc sees for
+    it (its own, or its pack's if freshened later). Packs that use a dictionary are
+    refused (ValueError): batch packs never do.
+    """
+    tmp_pack = temp_name(directory, "pack-")
+    fd = os.open(tmp_pack, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    seen: set[bytes] = set()
+    entries: list[tuple[bytes, int, int, int, int]] = []
+    blocks: list[tuple[int, int, int, int]] = []
+    position = len(PACK_MAGIC)
+    try:
+        write_all(fd, PACK_MAGIC)
+        for pack in packs:
+            if pack.dictionary_oid is not None:
+                raise ValueError(f"pack {pack.name} uses a dictionary; it cannot be copied")
+            first_block = len(blocks)
+            for block in range(pack.block_count):
+                offset, clen, rlen, flags = pack.block_entry(block)
+                write_all(fd, pack.raw_block(offset, clen))
+                blocks.append((position, clen, rlen, flags))
+                position += clen
+            freshened = pack.file_time()
+            for raw_oid, block, offset, length, when in pack.entries():
+                if raw_oid in seen:
+                    continue
+                seen.add(raw_oid)
+                data = pack.block(block)[offset : offset + length]
+                if blake3.blake3(data).digest() != raw_oid:
+                    raise CorruptObject("packed copy does not match its id", raw_oid.hex())
+                entries.append(
+                    (raw_oid, first_block + block, offset, length, max(when, freshened))
+                )
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp_pack)
+        raise
+    os.close(fd)
+    if not entries:
+        os.unlink(tmp_pack)
+        return None
+    return _publish(directory, tmp_pack, _build_index(entries, blocks, position, None), durable)
+
+
+def _publish(directory: Path, tmp_pack: str, index: bytes, durable: bool) -> Path:
+    """Rename a complete pack data file into place, then write its index beside it."""
     name = "pack-" + index[-TRAILER_SIZE:].hex()[:40]
     pack_path = directory / f"{name}.pack"
     index_path = directory / f"{name}.idx"
