@@ -202,3 +202,61 @@ def test_pack_never_removes_a_batch_pack_written_while_it_ran(tmp_path: Path) ->
         assert len(written) == 100
         assert all(objects.has(oid) for oid in written)
         assert objects.get(written[7]) == (Kind.BLOB, b"batch 7")
+
+
+def _batch(j: cj.Journal, tag: str, size: int = 40) -> None:
+    with j.batch("t") as b:
+        for i in range(size):
+            b.append(
+                cj.Entry(
+                    type=cj.EntryType.USER_MESSAGE,
+                    message=cj.Message(role="user", content=f"{tag} message {i}"),
+                )
+            )
+
+
+def test_a_batch_commit_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -> None:
+    """Kill a batch commit (which publishes a pack, then merges batch packs) at each of
+    its file-system calls: the store stays fsck-clean, holds every earlier entry, and
+    the batch is either wholly there or wholly absent."""
+    import shutil
+
+    from cas_journal.backends.local import merging
+
+    template = tmp_path / "template"
+    with cj.Journal.open(template) as j:
+        j.create_thread(cj.ThreadMeta(id="t"))
+        for n in range(3):
+            _batch(j, f"base {n}")
+        base = [e.id for e in j.path("t")]
+    merged_runs = overlapping = kills = 0
+    for k in range(1, 400):
+        store = tmp_path / f"s{k}"
+        shutil.copytree(template, store)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            merging.MERGE_MIN_PACKS = 1  # merge as soon as the ratio breaks
+            with cj.Journal.open(store) as j:
+                trap = harness.SyscallTrap(k)
+                trap.install()
+                with trap.operation():
+                    _batch(j, "killed")
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        with cj.Journal.open(store) as j:
+            report = fsck(j.store)
+            assert report.ok, (k, report.problems)
+            path = [e.id for e in j.path("t")]
+            assert path[: len(base)] == base, k
+            assert len(path) in (len(base), len(base) + 40), (k, len(path))
+            packs = len(j.store.objects.packs())
+        shutil.rmtree(store)
+        if not os.WIFSIGNALED(status):
+            assert packs == 1  # the commit finished: everything was merged into one pack
+            break
+        kills += 1
+        merged_runs += packs == 1
+        overlapping += packs == 4  # two old, the new batch pack and the merged one
+    assert kills >= 20  # the commit and its merge make at least this many calls
+    assert overlapping >= 1  # some kills left the merged pack beside the packs it holds
+    assert merged_runs >= 1  # and some landed after the old packs were gone
