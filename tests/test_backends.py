@@ -15,7 +15,7 @@ from backend_contract import StoreContract
 
 from cas_journal.backends import LocalStore, MemoryStore
 from cas_journal.backends.local.objects import verify_loose_file
-from cas_journal.errors import StoreFormatError
+from cas_journal.errors import CorruptObject, StoreFormatError
 from cas_journal.objects import Kind, ObjectCodec
 
 
@@ -228,3 +228,21 @@ def test_another_process_sees_a_new_pack(tmp_path):
     oids = writer.objects.put_many([(Kind.BLOB, b"fresh %d" % i) for i in range(100)])
     assert reader.objects.has(oids[0])
     assert reader.objects.get(oids[-1]) == (Kind.BLOB, b"fresh 99")
+
+
+def test_an_oversized_loose_file_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path / "s", durable=False, max_object_size=4096)
+    oid = store.objects.put(Kind.BLOB, b"small")
+    path = Path(store.objects.loose_path(oid))
+    os.chmod(path, 0o644)
+    limit = store.objects.codec.max_frame_size
+    path.write_bytes(path.read_bytes() + b"\0" * (limit * 4))
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    with pytest.raises(CorruptObject) as caught:
+        store.objects.get(oid)
+    assert oid in str(caught.value)
+    with pytest.raises(CorruptObject):
+        verify_loose_file(oid, path, store.objects.codec)
+    assert reads and max(reads) <= limit + 1

@@ -139,11 +139,21 @@ def bounded_decompress(
     return data
 
 
+FRAME_SLACK = 64 * 1024
+"""Bytes a zstd frame may add to its content (headers, incompressible blocks)."""
+
+
 @dataclass(frozen=True)
 class ObjectCodec:
     """Encodes objects into stored frames and decodes them back, within a size limit."""
 
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE
+
+    @property
+    def max_frame_size(self) -> int:
+        """The most bytes a stored frame of an object within the limit can take (zstd
+        adds a little to incompressible content); a longer frame is damaged or hostile."""
+        return self.max_object_size + self.max_object_size // 64 + FRAME_SLACK
 
     def check_size(self, body: bytes) -> None:
         """Refuse a body larger than the limit before any work is done on it."""

@@ -251,11 +251,8 @@ class LocalObjectStore(ObjectStore):
                 data = pack.canonical_at(position, oid)
                 parse_canonical(oid, data)
                 return data, max(pack.time_at(position), pack.file_time())
-        path = self.loose_path(oid)
         try:
-            with open(path, "rb") as f:
-                frame = f.read(self.codec.max_object_size + 1024)
-                when = int(os.fstat(f.fileno()).st_mtime)
+            frame, when = read_loose_file(self.loose_path(oid), self.codec.max_frame_size)
         except FileNotFoundError as exc:
             raise ObjectNotFound(f"object {oid} not found") from exc
         kind, body = self.codec.decode(oid, frame)
@@ -365,8 +362,7 @@ class LocalObjectStore(ObjectStore):
 
     def _read_loose(self, oid: str) -> tuple[Kind, bytes] | None:
         try:
-            with open(self.loose_path(oid), "rb") as f:
-                frame = f.read(self.codec.max_object_size + 1024)
+            frame, _ = read_loose_file(self.loose_path(oid), self.codec.max_frame_size)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return self.codec.decode(oid, frame)
@@ -437,10 +433,29 @@ class LocalObjectStore(ObjectStore):
             self._packs_stamp = None
 
 
+def read_loose_file(path: str, limit: int) -> tuple[bytes, int]:
+    """A loose file's bytes and mtime (unix seconds). Reads at most ``limit + 1`` bytes,
+    so the decoder refuses an oversized file without it being read whole, and sizes the
+    read from the file instead of allocating ``limit`` bytes for every small object."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        stat = os.fstat(fd)
+        remaining = min(stat.st_size, limit + 1)
+        chunks = []
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks), int(stat.st_mtime)
+    finally:
+        os.close(fd)
+
+
 def verify_loose_file(oid: str, path: Path, codec: ObjectCodec) -> None:
     """Decode and verify one loose file (fsck); raise CorruptObject if it is damaged."""
-    with open(path, "rb") as f:
-        frame = f.read()
+    frame, _ = read_loose_file(str(path), codec.max_frame_size)
     if not frame:
         raise CorruptObject("loose object file is empty", oid)
     codec.decode(oid, frame)

@@ -455,9 +455,7 @@ def copy_packs(directory: Path, packs: Iterable[PackReader], durable: bool) -> P
                 data = pack.block(block)[offset : offset + length]
                 if blake3.blake3(data).digest() != raw_oid:
                     raise CorruptObject("packed copy does not match its id", raw_oid.hex())
-                entries.append(
-                    (raw_oid, first_block + block, offset, length, max(when, freshened))
-                )
+                entries.append((raw_oid, first_block + block, offset, length, max(when, freshened)))
         if durable:
             os.fsync(fd)
     except BaseException:

@@ -21,8 +21,6 @@ from ..base import ObjectStore
 from .client import OversizedBody, S3Bucket
 from .keys import Layout
 
-FRAME_SLACK = 64 * 1024
-"""Bytes a zstd frame may add to its content (headers, incompressible blocks)."""
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -33,7 +31,7 @@ class S3ObjectStore(ObjectStore):
         self.bucket = bucket
         self.layout = layout
         self.codec = codec
-        self.frame_limit = codec.max_object_size + codec.max_object_size // 64 + FRAME_SLACK
+        self.frame_limit = codec.max_frame_size
 
     def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
         for _, body in items:
