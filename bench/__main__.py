@@ -31,9 +31,11 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
     for doc in documents[1:]:
         for run in doc.get("runs", []):
             runs[(run["workload"], run["system"])] = run
+        parts = [f"{r['workload']}/{r['system']}" for r in doc.get("runs", [])]
         if doc.get("objects") and "error" not in doc["objects"]:
             merged["objects"] = doc["objects"]
-        replaced = ", ".join(f"{r['workload']}/{r['system']}" for r in doc.get("runs", []))
+            parts.append("the object layer")
+        replaced = ", ".join(parts)
         merged.setdefault("reruns", []).append(
             f"{doc.get('machine', {}).get('time')}: {replaced}"
         )

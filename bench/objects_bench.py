@@ -4,8 +4,10 @@ For 1 KB and 64 KB bodies of realistic text, durable and not, it measures
 ``LocalStore.objects.put(Kind.BLOB, body)`` and ``.get(oid)``, and in the same run the raw
 limits for the same bytes: BLAKE3 + zstd (level 3, the store's) in memory, write + rename
 of the compressed frame into a fan-out directory with and without fsync (file, then
-directory), reading the file back, and appending to an open file. The raw file tests also
-run on /dev/shm (tmpfs) to show how much of the cost is this VM's disk metadata.
+directory), reading the file back, and appending to an open file. The raw write+rename
+and read that the ratios use run interleaved with the store's puts and gets, op by op.
+The raw file tests also run on /dev/shm (tmpfs) to show how much of the cost is this
+VM's disk metadata.
 Every figure is a per-operation median with its 10th-90th percentile spread.
 """
 
@@ -75,40 +77,43 @@ def raw_decompress_verify(frames: list[bytes]) -> dict[str, float]:
     return _per_op(op, frames)
 
 
-def raw_write_rename(
-    root: Path, frames: list[bytes], fsync: bool, fsync_dir: bool
-) -> dict[str, float]:
-    """Create a temp file, write, (fsync), rename into a fan-out dir, (fsync the dir)."""
+def _fanout(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
     for i in range(256):
         (root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
-    names = [blake3.blake3(f).hexdigest() for f in frames]
-    pairs = list(zip(names, frames, strict=True))
+
+
+def _write_rename(root: Path, name: str, frame: bytes, fsync: bool, fsync_dir: bool) -> None:
+    """Create a temp file, write, (fsync), rename into a fan-out dir, (fsync the dir)."""
+    directory = root / name[:2]
+    tmp = directory / f".tmp-{name[2:18]}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    os.write(fd, frame)
+    if fsync:
+        os.fsync(fd)
+    os.close(fd)
+    os.replace(tmp, directory / name[2:])
+    if fsync_dir:
+        dfd = os.open(directory, os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)
+
+
+def _read(root: Path, name: str) -> None:
+    with open(root / name[:2] / name[2:], "rb") as f:
+        f.read()
+
+
+def raw_write_rename(
+    root: Path, frames: list[bytes], fsync: bool, fsync_dir: bool
+) -> dict[str, float]:
+    """write(+fsync)+rename(+dir fsync) of every frame on its own (the /dev/shm rows)."""
+    _fanout(root)
     samples: list[float] = []
-    for name, frame in pairs:
+    for frame in frames:
+        name = blake3.blake3(frame).hexdigest()
         with stopwatch(samples):
-            directory = root / name[:2]
-            tmp = directory / f".tmp-{name[2:18]}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-            os.write(fd, frame)
-            if fsync:
-                os.fsync(fd)
-            os.close(fd)
-            os.replace(tmp, directory / name[2:])
-            if fsync_dir:
-                dfd = os.open(directory, os.O_RDONLY)
-                os.fsync(dfd)
-                os.close(dfd)
-    return summary(samples)
-
-
-def raw_read(root: Path, frames: list[bytes]) -> dict[str, float]:
-    """Open, read and close the files written by raw_write_rename (page cache warm)."""
-    paths = [root / (n := blake3.blake3(f).hexdigest())[:2] / n[2:] for f in frames]
-    samples: list[float] = []
-    for path in paths:
-        with stopwatch(samples), open(path, "rb") as f:
-            f.read()
+            _write_rename(root, name, frame, fsync, fsync_dir)
     return summary(samples)
 
 
@@ -123,30 +128,53 @@ def raw_append(root: Path, frames: list[bytes]) -> dict[str, float]:
     return summary(samples)
 
 
+Summary = dict[str, float]
+
+
 def store_put_get(
-    root: Path, bodies: list[bytes], durable: bool
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Put every body into a fresh LocalStore, then get them back in random order."""
+    root: Path, bodies: list[bytes], frames: list[bytes], durable: bool
+) -> tuple[Summary, Summary, Summary, Summary]:
+    """Put every body into a fresh LocalStore, then get them back in random order.
+
+    Each put is followed by the raw write+rename of the same frame (with file and
+    directory fsyncs when durable) and each get by a raw read of that file, so ours and
+    the raw limit are measured op by op under the same disk conditions: this VM's disk
+    swings several-fold between runs. Returns put, get, raw put, raw read summaries.
+    """
     from cas_journal.backends import LocalStore
     from cas_journal.objects import Kind
 
     shutil.rmtree(root, ignore_errors=True)
+    raw_root = root.with_name(root.name + "-raw")
+    _fanout(raw_root)
+    names = [blake3.blake3(frame).hexdigest() for frame in frames]
     store = LocalStore(root, durable=durable)
+    put_samples: list[float] = []
+    raw_put_samples: list[float] = []
+    get_samples: list[float] = []
+    raw_read_samples: list[float] = []
     try:
         oids: list[str] = []
-        put_samples: list[float] = []
-        for body in bodies:
+        for body, frame, name in zip(bodies, frames, names, strict=True):
             with stopwatch(put_samples):
                 oids.append(store.objects.put(Kind.BLOB, body))
-        order = list(oids)
+            with stopwatch(raw_put_samples):
+                _write_rename(raw_root, name, frame, durable, durable)
+        order = list(range(len(oids)))
         random.Random(9).shuffle(order)
-        get_samples: list[float] = []
-        for oid in order:
+        for at in order:
             with stopwatch(get_samples):
-                store.objects.get(oid)
+                store.objects.get(oids[at])
+            with stopwatch(raw_read_samples):
+                _read(raw_root, names[at])
     finally:
         store.close()
-    return summary(put_samples), summary(get_samples)
+    return (
+        summary(put_samples),
+        summary(get_samples),
+        summary(raw_put_samples),
+        summary(raw_read_samples),
+    )
 
 
 def run(scale: str, work: Path, shm: Path | None) -> dict[str, Any]:
@@ -165,11 +193,13 @@ def run(scale: str, work: Path, shm: Path | None) -> dict[str, Any]:
             "hash_zstd": raw_hash_compress(bodies),
             "unzstd_verify": raw_decompress_verify(frames),
         }
-        disk = work / "raw"
-        row["write_rename"] = raw_write_rename(disk, frames, False, False)
-        row["read_file"] = raw_read(disk, frames)
-        row["write_fsync_rename"] = raw_write_rename(disk, few_frames, True, False)
-        row["write_fsync_rename_dirsync"] = raw_write_rename(disk, few_frames, True, True)
+        row["put_nd"], row["get_nd"], row["write_rename"], row["read_file"] = store_put_get(
+            work / "store-nd", bodies, frames, durable=False
+        )
+        row["put_d"], row["get_d"], row["write_fsync_rename_dirsync"], _ = store_put_get(
+            work / "store-d", few, few_frames, durable=True
+        )
+        row["write_fsync_rename"] = raw_write_rename(work / "raw", few_frames, True, False)
         row["append_open_file"] = raw_append(work / "append", frames)
         if shm is not None:
             row["shm_write_rename"] = raw_write_rename(shm / "raw", frames, False, False)
@@ -177,8 +207,6 @@ def run(scale: str, work: Path, shm: Path | None) -> dict[str, Any]:
                 shm / "raw", few_frames, True, True
             )
             shutil.rmtree(shm, ignore_errors=True)
-        row["put_nd"], row["get_nd"] = store_put_get(work / "store-nd", bodies, durable=False)
-        row["put_d"], row["get_d"] = store_put_get(work / "store-d", few, durable=True)
         out["sizes"][label] = row
         shutil.rmtree(work, ignore_errors=True)
     return out

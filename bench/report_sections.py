@@ -34,7 +34,9 @@ def objects_section(results: dict[str, Any]) -> list[str]:
         "bound for the same bytes measured in the same run: BLAKE3 + zstd level 3 of the "
         "canonical form in memory, plus create + write + rename of the compressed frame into "
         "a fan-out directory (with fsync of the file and of the directory for the durable "
-        "row), or open + read + zstd decompress + BLAKE3 verify for get. "
+        "row), or open + read + zstd decompress + BLAKE3 verify for get. The raw file "
+        "operations run interleaved with the store's, op by op (this disk's speed swings "
+        "several-fold between runs). "
         "**ours \u00f7 raw** compares throughputs (1.0 = at the raw limit).",
         "",
         "| body | operation | cas-journal per op | cas-journal ops/s | raw per op | raw ops/s "
