@@ -8,12 +8,12 @@ makes data reachable); ``cas-nd`` is ``durable=False``. Batched appends use
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import cas_journal as cj
 
-from ..workloads import CheckpointStep, Msg, SmallThread
+from ..workloads import CheckpointStep, Msg
 from .base import BATCH, CHECKPOINTS, JOURNAL, System, entry_type, utc
 
 
@@ -70,14 +70,6 @@ class CasSystem(System):
     def open_thread(self, thread_id: str) -> int:
         self.j.thread(thread_id)
         return self.read_path(thread_id)
-
-    def bulk_threads(self, threads: Iterable[SmallThread]) -> int:
-        count = 0
-        for t in threads:
-            self.create_thread(t.thread_id, t.created_at, t.title)
-            self.append_batch(t.thread_id, t.messages)
-            count += 1
-        return count
 
     def save_checkpoint(
         self, run_id: str, step: CheckpointStep, messages: list[dict[str, Any]], system_prompt: str

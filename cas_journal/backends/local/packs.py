@@ -358,15 +358,12 @@ def write_pack(
         if zdict
         else None
     )
-    tmp_pack = temp_name(directory, "pack-")
-    fd = os.open(tmp_pack, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     seen: set[str] = set()
     now = int(time.time())
     entries: list[tuple[bytes, int, int, int, int]] = []  # raw oid, block, offset, length, time
     blocks: list[tuple[int, int, int, int]] = []
     position = len(PACK_MAGIC)
-    try:
-        write_all(fd, PACK_MAGIC)
+    with _new_pack_file(directory, durable) as (fd, tmp_pack):
         pending: list[PackedObject] = []
         pending_size = 0
 
@@ -403,13 +400,6 @@ def write_pack(
             pending.append(obj)
             pending_size += len(obj.data)
         flush(True)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp_pack)
-        raise
-    os.close(fd)
     if not entries or (dictionary is not None and len(entries) == 1):
         os.unlink(tmp_pack)
         return None
@@ -430,14 +420,11 @@ def copy_packs(directory: Path, packs: Iterable[PackReader], durable: bool) -> P
     it (its own, or its pack's if freshened later). Packs that use a dictionary are
     refused (ValueError): batch packs never do.
     """
-    tmp_pack = temp_name(directory, "pack-")
-    fd = os.open(tmp_pack, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     seen: set[bytes] = set()
     entries: list[tuple[bytes, int, int, int, int]] = []
     blocks: list[tuple[int, int, int, int]] = []
     position = len(PACK_MAGIC)
-    try:
-        write_all(fd, PACK_MAGIC)
+    with _new_pack_file(directory, durable) as (fd, tmp_pack):
         for pack in packs:
             if pack.dictionary_oid is not None:
                 raise ValueError(f"pack {pack.name} uses a dictionary; it cannot be copied")
@@ -456,6 +443,21 @@ def copy_packs(directory: Path, packs: Iterable[PackReader], durable: bool) -> P
                 if blake3.blake3(data).digest() != raw_oid:
                     raise CorruptObject("packed copy does not match its id", raw_oid.hex())
                 entries.append((raw_oid, first_block + block, offset, length, max(when, freshened)))
+    if not entries:
+        os.unlink(tmp_pack)
+        return None
+    return _publish(directory, tmp_pack, _build_index(entries, blocks, position, None), durable)
+
+
+@contextlib.contextmanager
+def _new_pack_file(directory: Path, durable: bool) -> Iterator[tuple[int, str]]:
+    """A hidden temp pack file holding the magic: yields ``(fd, path)``; closes it
+    (synced first when durable), or removes it if the body raises."""
+    tmp_pack = temp_name(directory, "pack-")
+    fd = os.open(tmp_pack, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        write_all(fd, PACK_MAGIC)
+        yield fd, tmp_pack
         if durable:
             os.fsync(fd)
     except BaseException:
@@ -463,10 +465,6 @@ def copy_packs(directory: Path, packs: Iterable[PackReader], durable: bool) -> P
         os.unlink(tmp_pack)
         raise
     os.close(fd)
-    if not entries:
-        os.unlink(tmp_pack)
-        return None
-    return _publish(directory, tmp_pack, _build_index(entries, blocks, position, None), durable)
 
 
 def _publish(directory: Path, tmp_pack: str, index: bytes, durable: bool) -> Path:
