@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cas_journal.backends import Store
+from cas_journal.backends import IndexUpdate, RefUpdate, Store, new_object
 from cas_journal.errors import CorruptObject, InvalidInputError, ObjectNotFound
 from cas_journal.objects import Kind, object_id
 
@@ -229,3 +229,99 @@ class StoreContract:
             w.join()
         assert refs.read_ref("threads/counter") == "600"
         assert len(refs.reflog("threads/counter")) == 601
+
+    # -- commit: objects + one compare-and-swap + index updates ---------------------------
+
+    def test_commit_stores_objects_swaps_and_indexes(self, store):
+        blob = new_object(Kind.BLOB, b"payload")
+        entry = new_object(Kind.ENTRY, b'{"x":1}')
+        ok = store.commit(
+            [blob, entry],
+            RefUpdate("threads/t", None, entry.oid, "create"),
+            [IndexUpdate("threadindex/0001/t", "1")],
+        )
+        assert ok
+        assert store.objects.get(blob.oid) == (Kind.BLOB, b"payload")
+        assert store.objects.get(entry.oid) == (Kind.ENTRY, b'{"x":1}')
+        assert store.refs.read_ref("threads/t") == entry.oid
+        assert store.refs.read_ref("threadindex/0001/t") == "1"
+        [logged] = store.refs.reflog("threads/t")
+        assert (logged.old, logged.new, logged.reason) == (None, entry.oid, "create")
+        assert store.refs.reflog("threadindex/0001/t") == []
+
+    def test_commit_that_loses_its_swap_changes_no_ref(self, store):
+        first = new_object(Kind.BLOB, b"first")
+        second = new_object(Kind.BLOB, b"second")
+        assert store.commit([first], RefUpdate("threads/t", None, first.oid))
+        lost = store.commit(
+            [second],
+            RefUpdate("threads/t", None, second.oid),
+            [IndexUpdate("threadindex/0002/t", None), IndexUpdate("threadindex/0003/t", None)],
+        )
+        assert not lost
+        assert store.refs.read_ref("threads/t") == first.oid
+        assert len(store.refs.reflog("threads/t")) == 1
+
+    def test_commit_moves_and_removes_index_refs(self, store):
+        a = new_object(Kind.BLOB, b"a")
+        b = new_object(Kind.BLOB, b"b")
+        store.commit(
+            [a], RefUpdate("threads/t", None, a.oid), [IndexUpdate("threadindex/1/t", "1")]
+        )
+        store.commit(
+            [b],
+            RefUpdate("threads/t", a.oid, b.oid, "move"),
+            [IndexUpdate("threadindex/1/t", None), IndexUpdate("threadindex/2/t", "1")],
+        )
+        assert store.refs.list_refs("threadindex/") == ["threadindex/2/t"]
+        store.commit(
+            [],
+            RefUpdate("threads/t", b.oid, None, "delete"),
+            [IndexUpdate("threadindex/2/t", None)],
+        )
+        assert store.refs.read_ref("threads/t") is None
+        assert store.refs.list_refs("threadindex/") == []
+        assert [e.reason for e in store.refs.reflog("threads/t")] == ["", "move", "delete"]
+
+    def test_unlogged_commit_for_leases(self, store):
+        assert store.commit([], RefUpdate("leases/t", None, '{"turn":"u1"}', log=False))
+        assert not store.commit([], RefUpdate("leases/t", None, '{"turn":"u2"}', log=False))
+        assert store.refs.read_ref("leases/t") == '{"turn":"u1"}'
+        assert store.refs.reflog("leases/t") == []
+
+    def test_committed_objects_survive_reopen(self, store):
+        blob = new_object(Kind.BLOB, b"kept")
+        assert store.commit([blob], RefUpdate("threads/kept", None, blob.oid))
+        again = self.reopen(store)
+        try:
+            assert again.refs.read_ref("threads/kept") == blob.oid
+            assert again.objects.get(blob.oid) == (Kind.BLOB, b"kept")
+        finally:
+            if again is not store:
+                again.close()
+
+    def test_freshen_reports_what_is_missing(self, store):
+        kept = store.objects.put(Kind.BLOB, b"here")
+        absent = "e" * 64
+        assert store.objects.freshen([kept, absent]) == {absent}
+
+    def test_threads_racing_on_commits_lose_no_increment(self, store):
+        store.commit([], RefUpdate("threads/counter", None, "0"))
+
+        def work():
+            for _ in range(50):
+                while True:
+                    current = store.refs.read_ref("threads/counter")
+                    blob = new_object(Kind.BLOB, current.encode())
+                    if store.commit(
+                        [blob], RefUpdate("threads/counter", current, str(int(current) + 1))
+                    ):
+                        break
+
+        workers = [threading.Thread(target=work) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert store.refs.read_ref("threads/counter") == "200"
+        assert len(store.refs.reflog("threads/counter")) == 201

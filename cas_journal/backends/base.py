@@ -1,4 +1,4 @@
-"""Layer 2, the two storage protocols every backend implements.
+"""Layer 2, the two storage protocols every backend implements, and the commit that joins them.
 
 * ObjectStore: immutable, content-addressed objects. ``put`` is idempotent and returns the
   oid; ``get`` verifies the hash of what it decoded; ``delete`` exists for gc only.
@@ -6,7 +6,16 @@
   compare-and-swap (``set_if_equals``), which also creates (old=None) and deletes
   (new=None). Updates made with ``log=True`` append a reflog line (old, new, time, reason).
 
-A Store bundles one of each with the settings both share.
+A Store bundles one of each with the settings both share, and offers ``commit``: new
+objects plus one compare-and-swap (and the listing-index updates derived from it) as one
+change. A backend that can (``capabilities.atomic_commit``) applies a commit as one
+transaction. The default writes the objects, sets the new index refs, swaps the ref and
+then removes the old index refs: objects are immutable and unlinked ones are only
+garbage, and readers check an index ref against the ref it was derived from, so a crash
+or a lost swap at any step leaves at worst a stale index ref, never an unlisted ref.
+
+What a backend can do is said by its ``capabilities`` flags, never by its class: callers
+test a flag, not ``isinstance``.
 """
 
 from __future__ import annotations
@@ -19,9 +28,65 @@ from datetime import datetime
 from types import TracebackType
 
 from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
-from ..objects import Kind, ObjectCodec, is_oid
+from ..objects import Kind, ObjectCodec, is_oid, object_id
 
 MAX_REF_VALUE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NewObject:
+    """An object on its way into a store, its oid already computed by the caller.
+
+    Backends trust ``oid`` (the journal hashed the body once when it built the object;
+    hashing again on the hot path is waste). Every read verifies the hash, so a wrong
+    oid cannot go unnoticed. Use ``new_object`` to build one from a kind and a body.
+    """
+
+    oid: str
+    kind: Kind
+    body: bytes
+
+
+def new_object(kind: Kind, body: bytes) -> NewObject:
+    """A NewObject with its oid computed from ``kind`` and ``body``."""
+    return NewObject(object_id(kind, body), kind, body)
+
+
+@dataclass(frozen=True, slots=True)
+class RefUpdate:
+    """A compare-and-swap of one ref: ``old`` -> ``new`` (None: absent), logged unless
+    ``log`` is False (leases and index refs keep no reflog)."""
+
+    name: str
+    old: str | None
+    new: str | None
+    reason: str = ""
+    log: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class IndexUpdate:
+    """An unconditional set (``value``) or removal (None) of a derived ref, such as a
+    thread's listing-index ref. Never logged. Readers check an index ref against the
+    ref it was derived from, so a stale one is skipped, never believed."""
+
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; callers test these flags, never the backend's class."""
+
+    atomic_commit: bool = False
+    """``commit`` applies objects, the swap and the index updates in one transaction:
+    either all of it is visible or none."""
+    object_times: bool = False
+    """The backend records when each object was last written or freshened, so gc can
+    keep young unreachable objects (its grace period)."""
+    stored_copies: bool = False
+    """The backend keeps copies it can scan, verify, repack and sweep itself (loose
+    copies and packs): pack, gc and fsck use ``Store.stored_copies`` for them."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +137,19 @@ class ObjectStore(abc.ABC):
     def missing(self, oids: Iterable[str]) -> set[str]:
         """The subset of oids this store does not hold."""
         return {oid for oid in oids if not self.has(oid)}
+
+    def store_new(self, objects: Sequence[NewObject]) -> None:
+        """Store objects whose oids the caller computed (each a no-op if present, but
+        then freshened: see ``freshen``). The default re-hashes through ``put_many``."""
+        if objects:
+            self.put_many([(obj.kind, obj.body) for obj in objects])
+
+    def freshen(self, oids: Iterable[str]) -> set[str]:
+        """Mark stored objects as just written, so a concurrent gc keeps them and
+        everything they reference (a writer about to link objects it did not write calls
+        this first); returns the oids this store does not hold. The default only checks
+        existence: a backend without ``object_times`` has no grace period to restart."""
+        return self.missing(oids)
 
     @abc.abstractmethod
     def iter_oids(self) -> Iterator[str]:
@@ -150,6 +228,17 @@ class RefStore(abc.ABC):
         """Drop reflog lines for which ``keep`` is False; return how many were dropped."""
 
 
+def apply_index_update(refs: RefStore, update: IndexUpdate) -> None:
+    """Set or remove one derived ref, whatever it holds (a few compare-and-swap tries:
+    another writer may be changing the same index ref, and either value is fine)."""
+    for _ in range(8):
+        current = refs.read_ref(update.name)
+        if current == update.value or refs.set_if_equals(
+            update.name, current, update.value, log=False
+        ):
+            return
+
+
 class Store(abc.ABC):
     """A backend: one object store and one ref store with shared settings."""
 
@@ -157,6 +246,34 @@ class Store(abc.ABC):
     refs: RefStore
     durable: bool
     url: str
+    capabilities: Capabilities = Capabilities()
+
+    def commit(
+        self,
+        objects: Sequence[NewObject],
+        swap: RefUpdate,
+        index: Sequence[IndexUpdate] = (),
+    ) -> bool:
+        """Store ``objects`` and apply ``swap`` if its ref holds ``swap.old``; then apply
+        the ``index`` updates. Returns False, with no ref changed, if the swap lost.
+
+        ``objects`` are everything the new ref value links that the caller wrote (or
+        reuses and must protect from a concurrent gc), referenced before referencing.
+        This default writes them, sets the index refs that get a value, swaps, and
+        after a won swap removes the index refs that get None; a backend with
+        ``capabilities.atomic_commit`` does all of it in one transaction.
+        """
+        with self.objects.write_guard():
+            self.objects.store_new(objects)
+            for update in index:
+                if update.value is not None:
+                    apply_index_update(self.refs, update)
+            swapped = self.refs.set_if_equals(swap.name, swap.old, swap.new, swap.reason, swap.log)
+        if swapped:
+            for update in index:
+                if update.value is None:
+                    apply_index_update(self.refs, update)
+        return swapped
 
     def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release files and connections; the store must not be used afterwards."""

@@ -12,7 +12,17 @@ from collections.abc import Callable, Iterator, Sequence
 from ..errors import ObjectNotFound
 from ..names import split_ref_name
 from ..objects import Kind, ObjectCodec, require_oid, utc_now
-from .base import ObjectStore, ReflogEntry, RefStore, Store, check_ref_value
+from .base import (
+    Capabilities,
+    IndexUpdate,
+    NewObject,
+    ObjectStore,
+    ReflogEntry,
+    RefStore,
+    RefUpdate,
+    Store,
+    check_ref_value,
+)
 
 
 class MemoryObjectStore(ObjectStore):
@@ -31,6 +41,15 @@ class MemoryObjectStore(ObjectStore):
                 self._frames.setdefault(oid, frame)
             oids.append(oid)
         return oids
+
+    def store_new(self, objects: Sequence[NewObject]) -> None:
+        """Store objects under the oids the caller computed (no second hash)."""
+        for obj in objects:
+            if obj.oid not in self._frames:
+                self.codec.check_size(obj.body)
+                frame = self.codec.compress(obj.kind, obj.body)
+                with self._lock:
+                    self._frames.setdefault(obj.oid, frame)
 
     def get(self, oid: str) -> tuple[Kind, bytes]:
         frame = self._frames.get(oid)
@@ -86,15 +105,36 @@ class MemoryRefStore(RefStore):
         split_ref_name(name)
         check_ref_value(new)
         with self._lock:
-            if self._values.get(name) != old:
-                return False
-            if log:
-                self._logs.setdefault(name, []).append(ReflogEntry(old, new, utc_now(), reason))
-            if new is None:
-                self._values.pop(name, None)
-            else:
-                self._values[name] = new
-            return True
+            return self._swap_locked(RefUpdate(name, old, new, reason, log))
+
+    def _swap_locked(self, swap: RefUpdate, index: Sequence[IndexUpdate] = ()) -> bool:
+        """Apply a compare-and-swap and its index updates; the caller holds the lock."""
+        if self._values.get(swap.name) != swap.old:
+            return False
+        if swap.log:
+            self._logs.setdefault(swap.name, []).append(
+                ReflogEntry(swap.old, swap.new, utc_now(), swap.reason)
+            )
+        self._assign(swap.name, swap.new)
+        for update in index:
+            self._assign(update.name, update.value)
+        return True
+
+    def _assign(self, name: str, value: str | None) -> None:
+        if value is None:
+            self._values.pop(name, None)
+        else:
+            self._values[name] = value
+
+    def commit_refs(self, swap: RefUpdate, index: Sequence[IndexUpdate]) -> bool:
+        """The ref half of an atomic commit: the swap and its index updates together."""
+        for name in (swap.name, *(update.name for update in index)):
+            split_ref_name(name)
+        check_ref_value(swap.new)
+        for update in index:
+            check_ref_value(update.value)
+        with self._lock:
+            return self._swap_locked(swap, index)
 
     def list_refs(self, prefix: str, start_after: str | None = None, limit: int = 0) -> list[str]:
         with self._lock:
@@ -122,6 +162,19 @@ class MemoryRefStore(RefStore):
 
 class MemoryStore(Store):
     """A complete store that lives and dies with the process."""
+
+    capabilities = Capabilities(atomic_commit=True)
+
+    def commit(
+        self,
+        objects: Sequence[NewObject],
+        swap: RefUpdate,
+        index: Sequence[IndexUpdate] = (),
+    ) -> bool:
+        """Objects first (harmless if the swap then loses), then the swap and the index
+        updates under one lock: no reader sees one without the other."""
+        self.objects.store_new(objects)
+        return self.refs.commit_refs(swap, index)
 
     def __init__(self, codec: ObjectCodec | None = None) -> None:
         self.objects: MemoryObjectStore = MemoryObjectStore(codec or ObjectCodec())

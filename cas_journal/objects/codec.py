@@ -168,6 +168,10 @@ class ObjectCodec:
         data = canonical_form(kind, body)
         return blake3.blake3(data).hexdigest(), _compressor().compress(data)
 
+    def compress(self, kind: Kind, body: bytes) -> bytes:
+        """The stored frame of an object whose oid the caller already knows (no hash)."""
+        return _compressor().compress(canonical_form(kind, body))
+
     def decode(self, oid: str, frame: bytes) -> tuple[Kind, bytes]:
         """Decode a stored frame, verify it is the object ``oid``, return ``(kind, body)``."""
         data = bounded_decompress(frame, self.max_object_size + MAX_HEADER_LENGTH, oid)
