@@ -14,6 +14,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ..backends import NewObject
 from ..errors import ConflictError, InvalidInputError, InvalidParent
 from ..objects import EntryNode, Kind, ThreadStateNode, ensure_utc, format_time, object_id, utc_now
 from .commit import Update, commit
@@ -33,7 +34,7 @@ class Batch:
         self.thread_id = thread_id
         self.entries: list[Entry] = []
         self._base: ThreadHead | None = None
-        self._objects: list[tuple[Kind, bytes]] = []
+        self._objects: list[NewObject] = []
         self._pending: dict[str, EntryNode] = {}
         self._tip: str | None = None
         self._last_time: datetime | None = None
@@ -72,7 +73,10 @@ class Batch:
         body = node.body()
         oid = object_id(Kind.ENTRY, body)
         self._pending[oid] = node
-        self._objects += [(Kind.BLOB, payload), (Kind.ENTRY, body)]
+        self._objects += [
+            NewObject(payload_oid, Kind.BLOB, payload),
+            NewObject(oid, Kind.ENTRY, body),
+        ]
         stored = entry.model_copy(
             update={
                 "id": oid,
@@ -113,7 +117,7 @@ class Batch:
             state = ThreadStateNode(meta, self._tip, self._heads(head), (head.state_oid,))
             return Update(state, self._objects)
 
-        commit(self.journal.states, self.thread_id, build, f"append {len(self.entries)}")
+        commit(self.journal.states, self.thread_id, build, f"append {len(self.entries)}", base)
         for oid, node in self._pending.items():
             self.journal.graph.remember(oid, node)
         self.journal.reader.remember(self.thread_id, self.entries)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..backends import Store
+from ..backends import NewObject, RefUpdate, Store
 from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef, InvalidInputError
 from ..names import validate_id
 from ..objects import (
@@ -32,7 +32,7 @@ from ..objects import (
     utc_now,
 )
 from .cache import BoundedCache
-from .commit import MAX_ATTEMPTS
+from .commit import MAX_ATTEMPTS, commit_or_report, pause
 from .models import Checkpoint
 from .state import CHECKPOINT_PREFIX
 
@@ -147,28 +147,33 @@ class CheckpointStore:
     def _save(self, checkpoint: Checkpoint) -> Checkpoint:
         name = checkpoint_ref(checkpoint.run_id)
         created = ensure_utc(checkpoint.created_at) if checkpoint.created_at else utc_now()
-        links: list[tuple[str, bytes, bytes]] = []  # node oid, node body, message body
+        links: list[tuple[str, bytes, str, bytes]] = []  # node oid and body, message oid and body
         parent: str | None = None
         for index, message in enumerate(checkpoint.messages):
             if not isinstance(message, dict):
                 raise InvalidInputError(f"message {index} is not a JSON object")
             body = canonical_json(message)
-            link = MessageNode(object_id(Kind.BLOB, body), parent).body()
+            message_oid = object_id(Kind.BLOB, body)
+            link = MessageNode(message_oid, parent).body()
             parent = object_id(Kind.MESSAGE, link)
-            links.append((parent, link, body))
-        first_new = self._first_missing([oid for oid, _, _ in links])
-        objects: list[tuple[Kind, bytes]] = []
+            links.append((parent, link, message_oid, body))
+        first_new = self._first_missing([link[0] for link in links])
+        objects: list[NewObject] = []
         if first_new > 0:  # re-put the last shared link: it freshens it for gc's grace period
-            objects.append((Kind.MESSAGE, links[first_new - 1][1]))
-        for _, link, body in links[first_new:]:
-            objects += [(Kind.BLOB, body), (Kind.MESSAGE, link)]
+            oid, link, _, _ = links[first_new - 1]
+            objects.append(NewObject(oid, Kind.MESSAGE, link))
+        for oid, link, message_oid, body in links[first_new:]:
+            objects += [
+                NewObject(message_oid, Kind.BLOB, body),
+                NewObject(oid, Kind.MESSAGE, link),
+            ]
         prompt_oid = None
         if checkpoint.system_prompt:
             prompt = checkpoint.system_prompt.encode("utf-8")
             prompt_oid = object_id(Kind.BLOB, prompt)
-            objects.append((Kind.BLOB, prompt))
-        for _ in range(MAX_ATTEMPTS):
-            previous = self._head(checkpoint.run_id)
+            objects.append(NewObject(prompt_oid, Kind.BLOB, prompt))
+        previous = self._head(checkpoint.run_id)
+        for attempt in range(MAX_ATTEMPTS):
             node = CheckpointNode(
                 run_id=checkpoint.run_id,
                 created_at=format_time(created),
@@ -183,12 +188,17 @@ class CheckpointStore:
             )
             body = node.body()
             oid = object_id(Kind.CHECKPOINT, body)
-            self.store.objects.put_many([*objects, (Kind.CHECKPOINT, body)])
-            if self.store.refs.set_if_equals(name, previous, oid, f"save {checkpoint.iteration}"):
-                return checkpoint.model_copy(
-                    update={"created_at": parse_time(node.created_at), "message_count": len(links)}
-                )
+            saved = checkpoint.model_copy(
+                update={"created_at": parse_time(node.created_at), "message_count": len(links)}
+            )
+            swap = RefUpdate(name, previous, oid, f"save {checkpoint.iteration}")
+            objects.append(NewObject(oid, Kind.CHECKPOINT, body))
+            if commit_or_report(self.store, objects, swap, result=saved):
+                self._nodes.put(oid, node)
+                return saved
             objects = []
+            previous = self._head(checkpoint.run_id)
+            pause(attempt)
         raise ConflictError(f"run {checkpoint.run_id!r} kept changing; checkpoint not saved")
 
     def _first_missing(self, chain: list[str]) -> int:
@@ -243,7 +253,9 @@ class CheckpointStore:
         name = checkpoint_ref(run_id)
         while True:
             current = self.store.refs.read_ref(name)
-            if current is None or self.store.refs.set_if_equals(name, current, None, "delete"):
+            if current is None or commit_or_report(
+                self.store, [], RefUpdate(name, current, None, "delete")
+            ):
                 return
 
     def list(self) -> list[Checkpoint]:

@@ -1,20 +1,23 @@
-"""The one way a thread changes: build a new state, store it, compare-and-swap the ref.
+"""The one way a thread changes: build a new state, then one ``Store.commit``.
 
-``commit`` reads the thread's head, asks ``build`` for the new state and the objects it
-needs, writes the objects (referenced before referencing, so the closure invariant
-holds), and swaps the ref from the state it read to the new one. If another writer got
-there first, it reads the new head and calls ``build`` again; ``build`` decides whether
-the change still applies (an append to the default leaf re-parents) or raises
-ConflictError. A no-op ``build`` returns None and nothing is written.
+``commit`` reads the thread's head once, asks ``build`` for the new state and the objects
+it links, and hands the objects, the new state and the compare-and-swap of the thread ref
+(from the state it read to the new one) to ``Store.commit`` as one change. Objects carry
+the oids the journal computed when it built them: nothing is hashed twice, nothing is
+probed for existence (the backend freshens what it already holds). If another writer got
+there first, the swap loses, ``commit`` reads the new head and calls ``build`` again;
+``build`` decides whether the change still applies (an append to the default leaf
+re-parents) or raises ConflictError. A no-op ``build`` returns None and nothing is written.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..backends import IndexUpdate, NewObject, RefUpdate, Store
 from ..errors import AppendCommittedError, ConflictError, StorageError
 from ..objects import Kind, ThreadStateNode
 from .state import ThreadHead, ThreadStates, thread_ref
@@ -24,16 +27,37 @@ MAX_ATTEMPTS = 200
 
 @dataclass
 class Update:
-    """A proposed change: the new state and the objects it needs (in closure order)."""
+    """A proposed change: the new state and the objects it links (referenced first)."""
 
     state: ThreadStateNode
-    objects: list[tuple[Kind, bytes]] = field(default_factory=list)
+    objects: list[NewObject] = field(default_factory=list)
     result: object = None
 
 
-def _pause(attempt: int) -> None:
+def pause(attempt: int) -> None:
+    """Back off a little after the second lost race in a row (random, capped at 50 ms)."""
     if attempt >= 2:
         time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+
+
+def commit_or_report(
+    store: Store,
+    objects: Sequence[NewObject],
+    swap: RefUpdate,
+    index: Sequence[IndexUpdate] = (),
+    result: object = None,
+) -> bool:
+    """``Store.commit``, turning a storage failure after a won swap into
+    AppendCommittedError (carrying ``result``): the change happened, do not retry it."""
+    try:
+        return store.commit(objects, swap, index)
+    except StorageError as exc:
+        # the swap may have happened before the failure (e.g. syncing the directory)
+        if _reads_back(store, swap):
+            raise AppendCommittedError(
+                f"{swap.reason or 'update'} of {swap.name!r} is committed, but: {exc}", result
+            ) from exc
+        raise
 
 
 def commit(
@@ -41,38 +65,35 @@ def commit(
     thread_id: str,
     build: Callable[[ThreadHead], Update | None],
     reason: str,
-) -> tuple[Update | None, str]:
-    """Apply ``build`` to the thread atomically; return the update and the new state oid."""
-    store = states.store
+    head: ThreadHead | None = None,
+) -> tuple[Update | None, ThreadHead]:
+    """Apply ``build`` to the thread atomically; return the update and the head it made
+    (the head that was read, when ``build`` found nothing to do).
+
+    ``head`` is the thread as the caller already read it (saves one ref read); a lost
+    compare-and-swap reads the thread again.
+    """
     name = thread_ref(thread_id)
     for attempt in range(MAX_ATTEMPTS):
-        with store.objects.write_guard():
+        if head is None:
             head = states.read(thread_id)
-            update = build(head)
-            if update is None:
-                return None, head.state_oid
-            state_oid, state_body = states.write(update.state)
-            store.objects.put_many([*update.objects, (Kind.THREAD, state_body)])
-            try:
-                swapped = store.refs.set_if_equals(name, head.state_oid, state_oid, reason)
-            except StorageError as exc:
-                # the swap may have happened before the failure (e.g. syncing the directory)
-                if _reads_back(states, name, state_oid):
-                    raise AppendCommittedError(
-                        f"{reason} on thread {thread_id!r} is committed, but: {exc}",
-                        update.result,
-                    ) from exc
-                raise
-        if swapped:
-            return update, state_oid
-        _pause(attempt)
+        update = build(head)
+        if update is None:
+            return None, head
+        state_oid, state_body = states.write(update.state)
+        objects = [*update.objects, NewObject(state_oid, Kind.THREAD, state_body)]
+        swap = RefUpdate(name, head.state_oid, state_oid, reason)
+        if commit_or_report(states.store, objects, swap, result=update.result):
+            return update, ThreadHead(thread_id, state_oid, update.state)
+        head = None
+        pause(attempt)
     raise ConflictError(
         f"thread {thread_id!r} kept changing under {reason}; gave up after {MAX_ATTEMPTS} tries"
     )
 
 
-def _reads_back(states: ThreadStates, name: str, expected: str) -> bool:
+def _reads_back(store: Store, swap: RefUpdate) -> bool:
     try:
-        return states.store.refs.read_ref(name) == expected
+        return store.refs.read_ref(swap.name) == swap.new
     except StorageError:
         return False

@@ -14,10 +14,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from ..backends import MemoryStore, Store, open_store
+from ..backends import IndexUpdate, MemoryStore, NewObject, RefUpdate, Store, open_store
+from ..backends.base import apply_index_update
 from ..errors import (
     AmbiguousPrefix,
     ConflictError,
+    CorruptObject,
     EntryNotFound,
     InvalidParent,
     ThreadExists,
@@ -38,7 +40,7 @@ from ..objects import (
 )
 from .batch import Batch
 from .checkpoints import CheckpointStore
-from .commit import Update, commit
+from .commit import Update, commit, commit_or_report
 from .entries import EntryReader
 from .graph import EntryGraph
 from .leases import LeaseTable
@@ -123,26 +125,49 @@ class Journal:
             }
         )
         state = ThreadStateNode(meta_to_state(fresh), leaf, (leaf,) if leaf else ())
-        return self._create(thread_id, state, "create")
+        return self._create(thread_id, state, "create", state.heads)
 
-    def _create(self, thread_id: str, state: ThreadStateNode, reason: str) -> ThreadMeta:
+    def _create(
+        self,
+        thread_id: str,
+        state: ThreadStateNode,
+        reason: str,
+        linked: Iterable[str] = (),
+    ) -> ThreadMeta:
+        """Create the ref of a new thread at ``state`` (with its listing ref) in one commit.
+
+        ``linked`` are stored objects the state links that this call did not write (a
+        fork's entry, an import's heads, a restored state): they are freshened first, so a
+        concurrent gc keeps them, and a missing one is EntryNotFound.
+        """
         name = thread_ref(thread_id)
         refs = self.store.refs
         if refs.read_ref(name) is not None:
             raise ThreadExists(f"thread {thread_id!r} already exists")
+        missing = self.store.objects.freshen(list(linked))
+        if missing:
+            raise EntryNotFound(f"entry {sorted(missing)[0]!r} is no longer stored")
         state_oid, body = self.states.write(state)
         meta = meta_from_state(state_oid, state)
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
-        with self.store.objects.write_guard():
-            self.store.objects.put(Kind.THREAD, body)
-            added_index = refs.set_if_equals(index, None, "1", reason, log=False)
-            created = refs.set_if_equals(name, None, state_oid, reason)
-        if not created:
-            if added_index:
-                refs.set_if_equals(index, "1", None, log=False)
+        swap = RefUpdate(name, None, state_oid, reason)
+        objects = [NewObject(state_oid, Kind.THREAD, body)]
+        if not commit_or_report(self.store, objects, swap, [IndexUpdate(index, "1")], meta):
+            if not self.store.capabilities.atomic_commit:
+                self._drop_stale_index(thread_id, index)
             raise ThreadExists(f"thread {thread_id!r} already exists")
         return meta
+
+    def _drop_stale_index(self, thread_id: str, index: str) -> None:
+        """After a lost create on a store without atomic commits: remove the listing ref
+        the attempt set, unless the thread that won uses the same one."""
+        try:
+            winner = self.states.read(thread_id).meta().created_at
+        except (ThreadNotFound, CorruptObject):
+            winner = None
+        if winner is None or index_key(winner, thread_id) != index:
+            apply_index_update(self.store.refs, IndexUpdate(index, None))
 
     def thread(self, thread_id: str) -> ThreadMeta:
         """A thread's metadata; ThreadNotFound if absent."""
@@ -181,19 +206,20 @@ class Journal:
             )
             return Update(state)
 
-        _, state_oid = commit(self.states, meta.id, build, "update")
-        return meta_from_state(state_oid, self.states.state(state_oid))
+        _, head = commit(self.states, meta.id, build, "update")
+        return head.meta()
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread's ref (restorable from its reflog until gc expires it)."""
         name = thread_ref(thread_id)
+        head = self.states.read(thread_id)
         while True:
-            head = self.states.read(thread_id)
-            if self.store.refs.set_if_equals(name, head.state_oid, None, "delete"):
+            created = head.meta().created_at
+            index = [IndexUpdate(index_key(created, thread_id), None)] if created else []
+            swap = RefUpdate(name, head.state_oid, None, "delete")
+            if commit_or_report(self.store, [], swap, index):
                 break
-        created = head.meta().created_at
-        if created is not None:
-            self.store.refs.set_if_equals(index_key(created, thread_id), "1", None, log=False)
+            head = self.states.read(thread_id)
         self.leases.drop(thread_id)
 
     def restore_thread(self, thread_id: str) -> ThreadMeta:
@@ -202,7 +228,7 @@ class Journal:
         if self.store.refs.read_ref(name) is not None:
             raise ThreadExists(f"thread {thread_id!r} exists; nothing to restore")
         last = next((e.new for e in reversed(self.store.refs.reflog(name)) if e.new), None)
-        if last is None or not is_oid(last) or not self.store.objects.has(last):
+        if last is None or not is_oid(last) or self.store.objects.freshen([last]):
             raise ThreadNotFound(f"thread {thread_id!r} has no restorable state in its reflog")
         return self._create(thread_id, self.states.state(last), "restore")
 
@@ -306,11 +332,14 @@ class Journal:
             heads.add(entry_oid)
             meta = dict(head.state.meta, updated_at=format_time(created))
             state = ThreadStateNode(meta, entry_oid, tuple(heads), (head.state_oid,))
-            return Update(state, [(Kind.BLOB, payload), (Kind.ENTRY, node_body)], stored)
+            objects = [
+                NewObject(payload_oid, Kind.BLOB, payload),
+                NewObject(entry_oid, Kind.ENTRY, node_body),
+            ]
+            return Update(state, objects, stored)
 
-        update, _ = commit(self.states, thread_id, build, "append")
+        update, head = commit(self.states, thread_id, build, "append")
         if update is None:  # already the leaf: identical retry
-            head = self.states.read(thread_id)
             assert head.leaf is not None
             return self.reader.entry(thread_id, head.leaf)
         result = update.result
@@ -426,7 +455,7 @@ class Journal:
             updated_at=created,
         )
         state = ThreadStateNode(meta_to_state(meta), target or None, (target,) if target else ())
-        return self._create(new_id, state, "fork")
+        return self._create(new_id, state, "fork", state.heads)
 
     # -- import (used by cas_journal.maintenance.transfer) -----------------------------
 
@@ -451,7 +480,7 @@ class Journal:
             update={"created_at": created, "updated_at": meta.updated_at or created}
         )
         state = ThreadStateNode(meta_to_state(fresh), leaf, tuple(sorted(head_set)))
-        return self._create(thread_id, state, "import")
+        return self._create(thread_id, state, "import", state.heads)
 
     # -- turn leases ---------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from ..backends import Store
+from ..backends import RefUpdate, Store
 from ..errors import ActiveTurn, CorruptRef
 from ..names import validate_id
 from ..objects import canonical_json, ensure_utc, format_time, parse_time, utc_now
@@ -48,8 +48,13 @@ class LeaseTable:
     """Acquire, release, inspect and expire turn leases."""
 
     def __init__(self, store: Store, require_thread: Callable[[str], ThreadHead]) -> None:
+        self.store = store
         self.refs = store.refs
         self.require_thread = require_thread
+
+    def _swap(self, thread_id: str, old: str | None, new: str | None) -> bool:
+        """One compare-and-swap of the lease ref: a commit with no objects, not logged."""
+        return self.store.commit([], RefUpdate(self._name(thread_id), old, new, log=False))
 
     def _name(self, thread_id: str) -> str:
         return LEASE_PREFIX + validate_id(thread_id, "thread id")
@@ -64,9 +69,7 @@ class LeaseTable:
         self.require_thread(lease.thread_id)
         created = ensure_utc(lease.created_at) if lease.created_at else utc_now()
         claimed = lease.model_copy(update={"created_at": created})
-        if not self.refs.set_if_equals(
-            self._name(lease.thread_id), None, _encode(claimed), log=False
-        ):
+        if not self._swap(lease.thread_id, None, _encode(claimed)):
             _, active = self._read(lease.thread_id)
             holder = f" held by {active.owner_id!r} for turn {active.turn_id!r}" if active else ""
             raise ActiveTurn(f"thread {lease.thread_id!r} already has an active turn{holder}")
@@ -82,7 +85,7 @@ class LeaseTable:
                 or active.turn_id != lease.turn_id
             ):
                 return
-            if self.refs.set_if_equals(self._name(lease.thread_id), value, None, log=False):
+            if self._swap(lease.thread_id, value, None):
                 return
 
     def active(self, thread_id: str) -> TurnLease | None:
@@ -98,14 +101,12 @@ class LeaseTable:
             value, active = self._read(thread_id)
             if active is None or active.created_at is None or not active.created_at < cutoff:
                 return None
-            if self.refs.set_if_equals(self._name(thread_id), value, None, log=False):
+            if self._swap(thread_id, value, None):
                 return active
 
     def drop(self, thread_id: str) -> None:
         """Remove any lease of a deleted thread."""
         while True:
             value, _ = self._read(thread_id)
-            if value is None or self.refs.set_if_equals(
-                self._name(thread_id), value, None, log=False
-            ):
+            if value is None or self._swap(thread_id, value, None):
                 return

@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..backends import RefStore, Store
+from ..backends import IndexUpdate, RefStore, Store
+from ..backends.base import apply_index_update
 from ..errors import CorruptObject, CorruptRef, ThreadNotFound
 from ..names import validate_id
 from ..objects import (
@@ -115,16 +116,24 @@ def merge_thread_states(
     return ThreadStateNode(meta, leaf, heads, (ours, theirs))
 
 
-def ensure_index(refs: RefStore, meta: ThreadMeta, previous: ThreadMeta | None = None) -> None:
-    """Make the listing ref of a thread match its metadata (after a sync or merge)."""
-    if meta.created_at is None:
-        return
-    key = index_key(meta.created_at, meta.id)
-    refs.set_if_equals(key, None, "1", "index", log=False)
+def index_updates(meta: ThreadMeta, previous: ThreadMeta | None = None) -> list[IndexUpdate]:
+    """The listing-index updates that go with a thread ref moving from the state of
+    ``previous`` (None: the ref is new) to the state of ``meta``, for ``Store.commit``."""
+    updates = []
+    key = index_key(meta.created_at, meta.id) if meta.created_at is not None else None
+    if key is not None:
+        updates.append(IndexUpdate(key, "1"))
     if previous is not None and previous.created_at is not None:
         old = index_key(previous.created_at, previous.id)
         if old != key:
-            refs.set_if_equals(old, "1", None, log=False)
+            updates.append(IndexUpdate(old, None))
+    return updates
+
+
+def ensure_index(refs: RefStore, meta: ThreadMeta, previous: ThreadMeta | None = None) -> None:
+    """Make the listing ref of a thread match its metadata (after a sync or merge)."""
+    for update in index_updates(meta, previous):
+        apply_index_update(refs, update)
 
 
 @dataclass(frozen=True)
