@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from journal_helpers import at
 
 import cas_journal as cj
@@ -250,3 +252,212 @@ def test_message_fields_round_trip_through_the_store(tmp_path):
     with cj.Journal.open(tmp_path / "s") as again:
         back = again.entry("t", entry.id)
     assert back == entry and back.message == message and back.metadata == {"empty": "", "k": "v"}
+
+
+# -- system messages, content blocks, control signals with results, tool pairing ---------
+
+
+def test_a_system_message_in_a_thread_is_part_of_the_context(j):
+    system = say(j, "system", "You are terse.")
+    assert system.type is cj.EntryType.CUSTOM
+    say(j, "user", "hi")
+    late = say(j, "system", [{"type": "text", "text": "Now answer in French."}])
+    messages = cj.build_context(j.path("t"))
+    assert [(m.role, m.text()) for m in messages] == [
+        ("system", "You are terse."),
+        ("user", "hi"),
+        ("system", "Now answer in French."),
+    ]
+    assert messages[2].entry_id == late.id
+
+
+def test_system_messages_survive_compaction_first(j):
+    system = say(j, "system", "rules")
+    say(j, "user", "old")
+    kept = say(j, "user", "kept")
+    _compact(j, summary="S", first_kept_entry_id=kept.id)
+    messages = cj.build_context(j.path("t"))
+    assert [m.kind or m.role for m in messages] == ["system", "compaction_summary", "user"]
+    assert messages[0].entry_id == system.id and messages[2].entry_id == kept.id
+
+
+def test_several_tool_calls_and_results_as_blocks(j):
+    say(j, "user", "read a and b")
+    calls = say(
+        j,
+        "assistant",
+        [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "a", "name": "read", "input": {"p": "a"}},
+            {"type": "tool_use", "id": "b", "name": "read", "input": {"p": "b"}},
+        ],
+    )
+    say(
+        j,
+        "user",
+        [
+            {"type": "tool_result", "tool_use_id": "a", "content": "A"},
+            {"type": "tool_result", "tool_use_id": "b", "content": "B"},
+        ],
+    )
+    messages = cj.build_context(j.path("t"))
+    assert calls.type is cj.EntryType.TOOL_CALL
+    assert [c.id for c in messages[1].tool_calls()] == ["a", "b"]
+    assert messages[2].content[1]["content"] == "B"
+    segment = cj.build_context_projection(j.path("t")).segments[1]
+    assert (segment.tool_call_id, segment.tool_name) == ("a", "read")
+
+
+def test_a_control_signal_result_becomes_user_text(j):
+    say(j, "user", "go")
+    say(
+        j,
+        "assistant",
+        "Need input.",
+        tool_call_id="q",
+        tool_name="ask_user",
+        tool_args='{"question": "Which file?"}',
+    )
+    answer = say(j, "tool", "main.py", tool_call_id="q", tool_name="ask_user")
+    messages = cj.build_context(j.path("t"))
+    assert [(m.role, m.text(), m.kind) for m in messages[1:]] == [
+        ("assistant", "Need input.\n\nWhich file?", "control_signal"),
+        ("user", "main.py", "control_signal"),
+    ]
+    assert messages[2].entry_id == answer.id and messages[2].tool_call_id == ""
+
+
+def test_a_control_signal_block_among_other_calls(j):
+    say(
+        j,
+        "assistant",
+        [
+            {"type": "tool_use", "id": "r", "name": "read", "input": {}},
+            {"type": "tool_use", "id": "done", "name": "task_complete", "input": {"output": "OK"}},
+        ],
+    )
+    say(
+        j,
+        "user",
+        [
+            {"type": "tool_result", "tool_use_id": "r", "content": "file"},
+            {
+                "type": "tool_result",
+                "tool_use_id": "done",
+                "content": [{"type": "text", "text": "ack"}],
+            },
+        ],
+    )
+    call, result = cj.build_context(j.path("t"))
+    assert call.kind == "" and [c.id for c in call.tool_calls()] == ["r"]
+    assert call.content[1] == {"type": "text", "text": "OK"}
+    assert result.content == [
+        {"type": "tool_result", "tool_use_id": "r", "content": "file"},
+        {"type": "text", "text": "ack"},
+    ]
+    say(
+        j,
+        "assistant",
+        [{"type": "tool_use", "id": "d2", "name": "task_complete", "input": {"output": "fin"}}],
+    )
+    last = cj.build_context(j.path("t"))[-1]
+    assert last.kind == "control_signal" and last.content == [{"type": "text", "text": "fin"}]
+
+
+def test_compaction_tail_starting_at_a_result_keeps_its_call(j):
+    say(j, "user", "u")
+    call = say(j, "assistant", "", tool_call_id="c", tool_name="run", tool_args="{}")
+    result = say(j, "tool", "out", tool_call_id="c")
+    _compact(j, summary="S", first_kept_entry_id=result.id)
+    messages = cj.build_context(j.path("t"))
+    assert [m.entry_id for m in messages[1:]] == [call.id, result.id]
+
+
+def test_a_result_after_the_compaction_keeps_its_call(j):
+    keep = say(j, "user", "u")
+    call = say(
+        j, "assistant", "", tool_call_id="c", tool_name="ask_user", tool_args='{"question": "ok?"}'
+    )
+    _compact(j, summary="S", kept_user_entry_ids=[keep.id])
+    result = say(j, "tool", "yes", tool_call_id="c")
+    messages = cj.build_context(j.path("t"))
+    assert [m.entry_id for m in messages[1:]] == [call.id, result.id]
+    assert [m.role for m in messages[1:]] == ["assistant", "user"]
+
+
+def test_images_count_in_the_token_estimate(j):
+    image = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+    say(j, "user", [{"type": "text", "text": "look"}, image])
+    segment = cj.build_context_projection(j.path("t"), cj.ProjectionPurpose.TEST_UI).segments[0]
+    assert segment.token_estimate >= 1600 and segment.ui_preview == "look"
+
+
+def _answered(message):
+    if message.role == "tool":
+        return [message.tool_call_id]
+    if isinstance(message.content, str):
+        return []
+    return [b["tool_use_id"] for b in message.content if b["type"] == "tool_result"]
+
+
+operations = st.lists(
+    st.sampled_from(["user", "assistant", "system", "call", "signal", "blocks", "compact"]),
+    max_size=14,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=operations, choices=st.lists(st.integers(0, 50), min_size=14, max_size=14))
+def test_every_tool_result_in_a_context_follows_its_call(ops, choices):
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="t"))
+    appended = []
+    for n, (op, pick) in enumerate(zip(ops, choices, strict=False)):
+        if op in ("user", "assistant", "system"):
+            appended.append(say(j, op, f"{op} {n}"))
+        elif op in ("call", "signal"):
+            name = "ask_user" if op == "signal" else "read"
+            appended.append(
+                say(
+                    j,
+                    "assistant",
+                    "",
+                    tool_call_id=f"c{n}",
+                    tool_name=name,
+                    tool_args='{"question": "q"}',
+                )
+            )
+            appended.append(say(j, "tool", "r", tool_call_id=f"c{n}", tool_name=name))
+        elif op == "blocks":
+            names = ["read", "task_complete", "ask_user"][: 1 + pick % 3]
+            uses = [
+                {
+                    "type": "tool_use",
+                    "id": f"b{n}{i}",
+                    "name": name,
+                    "input": {"output": "o", "question": "q"},
+                }
+                for i, name in enumerate(names)
+            ]
+            appended.append(say(j, "assistant", uses))
+            results = [
+                {"type": "tool_result", "tool_use_id": u["id"], "content": "r"} for u in uses
+            ]
+            appended.append(say(j, "user", results))
+        elif appended:
+            target = appended[pick % len(appended)]
+            if pick % 3 == 0:
+                _compact(j, summary="S", kept_user_entry_ids=[target.id])
+            elif pick % 3 == 1:
+                _compact(j, summary="S", first_kept_entry_id=target.id)
+            else:
+                _compact(j, summary="S")
+    messages = cj.build_context(j.path("t"))
+    called: set[str] = set()
+    for message in messages:
+        for call_id in _answered(message):
+            assert call_id in called, (call_id, [m.model_dump() for m in messages])
+        called.update(call.id for call in message.tool_calls())
+        assert not any(c.name in ("ask_user", "task_complete") for c in message.tool_calls())
+    systems = [e.id for e in j.path("t") if e.message is not None and e.message.role == "system"]
+    assert systems == [m.entry_id for m in messages if m.role == "system"]

@@ -59,10 +59,12 @@ def entry_text(entry: Entry) -> str:
     """What an entry says, in words: its message, tool call, marker, summary or error."""
     message = entry.message
     if message is not None:
-        if entry.type is EntryType.TOOL_CALL and message.tool_name and not message.content:
-            return f"{message.tool_name} {message.tool_args}".strip()
-        if message.content:
-            return message.content
+        text = message.text()
+        calls = message.tool_calls()
+        if entry.type is EntryType.TOOL_CALL and calls and not text:
+            return "; ".join(f"{call.name} {call.arguments}".strip() for call in calls)
+        if text:
+            return text
         if message.tool_name:
             return f"{message.tool_name} {message.tool_args}".strip()
         if message.reasoning:

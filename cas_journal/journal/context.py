@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import cast
 
+from .content import IMAGE, TEXT, TOOL_RESULT, TOOL_USE, ContentBlock
 from .models import (
     MESSAGE_KIND_COMPACTION_SUMMARY,
     MESSAGE_KIND_CONTROL_SIGNAL,
@@ -37,39 +39,185 @@ PROVIDER_VISIBLE = frozenset(
 )
 CONTROL_SIGNALS = {"ask_user": "question", "task_complete": "output"}
 PREVIEW_LIMIT = 240
+IMAGE_TOKEN_ESTIMATE = 1600
+"""Tokens counted for one image block (about what a 1.15 megapixel image costs)."""
+
+
+def _signal_text(tool_name: str, args: object) -> str | None:
+    """The text a control-signal call carries (args parsed or as a JSON string), else None."""
+    key = CONTROL_SIGNALS.get(tool_name)
+    if key is None:
+        return None
+    if isinstance(args, str):
+        try:
+            args = json.loads(args or "{}")
+        except ValueError:
+            return None
+    text = args.get(key) if isinstance(args, dict) else None
+    return text if isinstance(text, str) else None
 
 
 def project_control_signal(message: Message) -> Message | None:
-    """The provider-safe form of an ``ask_user``/``task_complete`` call, else None."""
-    key = CONTROL_SIGNALS.get(message.tool_name)
-    if key is None:
+    """The provider-safe form of a message whose tool calls include ``ask_user`` or
+    ``task_complete`` (with well-formed arguments), else None.
+
+    Each such call becomes assistant text carrying the question or the output; other
+    calls stay. A message left without calls has kind ``control_signal`` and no tool
+    fields. Use ``project_control_signals`` on a whole context, which also turns the
+    results of the replaced calls into user text.
+    """
+    projected = _project_calls(message)
+    return projected[0] if projected is not None else None
+
+
+def _project_calls(message: Message) -> tuple[Message, set[str]] | None:
+    if message.role != Role.ASSISTANT:
         return None
-    try:
-        args = json.loads(message.tool_args or "{}")
-    except ValueError:
-        return None
-    text = args.get(key) if isinstance(args, dict) else None
-    if not isinstance(text, str):
-        return None
-    return Message(
-        role=Role.ASSISTANT,
-        content=text,
-        reasoning=message.reasoning,
-        kind=MESSAGE_KIND_CONTROL_SIGNAL,
-    )
+    legacy = _signal_text(message.tool_name, message.tool_args)
+    legacy_call_left = bool(message.tool_call_id or message.tool_name) and legacy is None
+    ids: set[str] = set()
+    content: str | list[ContentBlock]
+    if isinstance(message.content, str):
+        if legacy is None:
+            return None
+        content = legacy if not message.content else f"{message.content}\n\n{legacy}"
+        calls_left = False
+    else:
+        blocks: list[ContentBlock] = []
+        for block in message.content:
+            text = None
+            if block.get("type") == TOOL_USE:
+                text = _signal_text(str(block["name"]), block["input"])
+            if text is None:
+                blocks.append(block)
+            else:
+                blocks.append({"type": TEXT, "text": text})
+                ids.add(str(block["id"]))
+        if legacy is not None:
+            blocks.append({"type": TEXT, "text": legacy})
+        if not ids and legacy is None:
+            return None
+        content = blocks
+        calls_left = any(block.get("type") == TOOL_USE for block in blocks)
+    update: dict[str, object] = {"content": content}
+    if legacy is not None:
+        if message.tool_call_id:
+            ids.add(message.tool_call_id)
+        update.update(tool_call_id="", tool_name="", tool_args="")
+    if not calls_left and not legacy_call_left:
+        update["kind"] = MESSAGE_KIND_CONTROL_SIGNAL
+    return message.model_copy(update=update), ids
+
+
+def _answer_projected(message: Message, projected: set[str]) -> Message:
+    """A tool result answering a projected control signal, as user text (else unchanged)."""
+    if message.role == Role.TOOL and message.tool_call_id in projected:
+        return Message(
+            role=Role.USER,
+            content=message.content,
+            kind=MESSAGE_KIND_CONTROL_SIGNAL,
+            entry_id=message.entry_id,
+            parent_entry_id=message.parent_entry_id,
+        )
+    if message.role != Role.USER or isinstance(message.content, str):
+        return message
+    blocks: list[ContentBlock] = []
+    changed = False
+    for block in message.content:
+        if block.get("type") == TOOL_RESULT and block.get("tool_use_id") in projected:
+            inner = block.get("content", "")
+            if isinstance(inner, list):
+                blocks.extend(item for item in inner if isinstance(item, dict))
+            else:
+                blocks.append({"type": TEXT, "text": str(inner)})
+            changed = True
+        else:
+            blocks.append(block)
+    if not changed:
+        return message
+    only_answers = not any(block.get("type") == TOOL_RESULT for block in blocks)
+    kind = MESSAGE_KIND_CONTROL_SIGNAL if only_answers and not message.kind else message.kind
+    return message.model_copy(update={"content": blocks, "kind": kind})
+
+
+def project_control_signals(messages: Sequence[Message]) -> list[Message]:
+    """Replace control-signal calls by assistant text, and their results by user text.
+
+    A tool result (a ``tool`` message or a ``tool_result`` block) that answers a
+    projected call becomes user text carrying its content, so no result is left
+    without its call.
+    """
+    projected: set[str] = set()
+    out: list[Message] = []
+    for message in messages:
+        done = _project_calls(message)
+        if done is not None:
+            message, ids = done
+            projected |= ids
+        elif projected:
+            message = _answer_projected(message, projected)
+        out.append(message)
+    return out
 
 
 def visible_message(entry: Entry) -> Message | None:
-    """The message an entry contributes to the provider context, if any."""
-    if entry.type in PROVIDER_VISIBLE and entry.message is not None and entry.message.role:
-        message = entry.message
-        if entry.type is EntryType.TOOL_CALL:
-            message = project_control_signal(message) or message
+    """The message an entry contributes to the provider context, if any.
+
+    A system message always counts (whatever the entry type), so a system prompt
+    appended to a thread is never left out.
+    """
+    message = entry.message
+    if message is not None and (
+        message.role == Role.SYSTEM or (entry.type in PROVIDER_VISIBLE and message.role)
+    ):
+        pass
     elif entry.type is EntryType.BRANCH_SUMMARY and entry.summary:
         message = Message(role=Role.ASSISTANT, content=entry.summary)
     else:
         return None
+    assert message is not None
     return message.model_copy(update={"entry_id": entry.id, "parent_entry_id": entry.parent_id})
+
+
+def _is_system_message(message: Message) -> bool:
+    return message.role == Role.SYSTEM
+
+
+def _answered_ids(message: Message) -> list[str]:
+    if message.role == Role.TOOL:
+        return [message.tool_call_id]
+    if isinstance(message.content, str):
+        return []
+    return [
+        str(block.get("tool_use_id", ""))
+        for block in message.content
+        if block.get("type") == TOOL_RESULT
+    ]
+
+
+def _cover_calls(path: Sequence[Entry], start: int, skip: int) -> int:
+    """Move a tail start back so each tool result in the tail keeps the call it answers.
+
+    The tail is ``path[start:]`` without ``path[skip]`` (the compaction). Results whose
+    call is nowhere on the path stay as they are.
+    """
+    made: set[str] = set()
+    needed: set[str] = set()
+    for i in range(start, len(path)):
+        message = visible_message(path[i]) if i != skip else None
+        if message is None:
+            continue
+        made.update(call.id for call in message.tool_calls())
+        needed.update(cid for cid in _answered_ids(message) if cid and cid not in made)
+    for i in range(min(start, skip) - 1, -1, -1):
+        if not needed:
+            break
+        message = visible_message(path[i])
+        calls = {call.id for call in message.tool_calls()} if message is not None else set()
+        if calls & needed:
+            needed -= calls
+            start = i
+    return start
 
 
 def _default_tail_start(path: Sequence[Entry], compaction_index: int) -> int:
@@ -91,20 +239,24 @@ def summary_text(summary: str, kept_users: Sequence[Message], has_tail: bool) ->
     ]
     if kept_users:
         parts.append("User inputs from the compacted part, kept verbatim:")
-        parts.extend(f"- {message.content}" for message in kept_users)
+        parts.extend(f"- {message.text()}" for message in kept_users)
     if has_tail:
         parts.append("The most recent messages follow this checkpoint and take precedence.")
     return "\n\n".join(parts)
 
 
 def build_context(path: Sequence[Entry]) -> list[Message]:
-    """The messages to send to a provider for a path (root to leaf)."""
+    """The messages to send to a provider for a path (root to leaf).
+
+    Control-signal calls become text (see ``project_control_signals``). With a
+    compaction on the path, system messages of the compacted part are kept, first.
+    """
     compaction_index = -1
     for i, entry in enumerate(path):
         if entry.type is EntryType.COMPACTION:
             compaction_index = i
     if compaction_index < 0:
-        return [m for m in map(visible_message, path) if m is not None]
+        return project_control_signals([m for m in map(visible_message, path) if m is not None])
 
     compaction = path[compaction_index]
     first_kept = -1
@@ -114,10 +266,13 @@ def build_context(path: Sequence[Entry]) -> list[Message]:
         )
     if first_kept < 0 and not compaction.kept_user_entry_ids:
         first_kept = _default_tail_start(path, compaction_index)
-    kept_before = path[first_kept:compaction_index] if 0 <= first_kept < compaction_index else []
+    start = first_kept if 0 <= first_kept < compaction_index else compaction_index + 1
+    start = _cover_calls(path, start, compaction_index)
+    kept_before = path[start:compaction_index]
     tail_entries = [*kept_before, *path[compaction_index + 1 :]]
     tail = [m for m in map(visible_message, tail_entries) if m is not None]
-    messages: list[Message] = []
+    compacted = (visible_message(entry) for entry in path[:start])
+    messages = [m for m in compacted if m is not None and _is_system_message(m)]
     if compaction.summary:
         in_tail = {e.id for e in tail_entries}
         users = {
@@ -148,16 +303,38 @@ def build_context(path: Sequence[Entry]) -> list[Message]:
                 compaction_window_id=compaction.compaction_window_id,
             )
         )
-    return messages + tail
+    return project_control_signals(messages + tail)
+
+
+def _content_chars(content: str | Sequence[ContentBlock]) -> tuple[int, int]:
+    """Characters of text and number of images in a content (tool_result blocks included)."""
+    if isinstance(content, str):
+        return len(content), 0
+    chars = images = 0
+    for block in content:
+        kind = block.get("type")
+        if kind == IMAGE:
+            images += 1
+        elif kind == TEXT:
+            chars += len(str(block.get("text", "")))
+        elif kind == TOOL_RESULT:
+            inner = block.get("content", "")
+            inner_chars, inner_images = _content_chars(
+                cast(list[ContentBlock], inner) if isinstance(inner, list) else str(inner)
+            )
+            chars += inner_chars
+            images += inner_images
+        else:
+            chars += len(json.dumps(block, ensure_ascii=False))
+    return chars, images
 
 
 def estimate_tokens(message: Message) -> int:
-    """A rough token count: about four characters per token plus a little framing."""
-    chars = sum(
-        len(text)
-        for text in (message.content, message.reasoning, message.tool_args, message.tool_name)
-    )
-    return math.ceil(chars / 4) + 4
+    """A rough token count: about four characters per token plus a little framing, and
+    ``IMAGE_TOKEN_ESTIMATE`` per image."""
+    chars, images = _content_chars(message.content)
+    chars += sum(len(text) for text in (message.reasoning, message.tool_args, message.tool_name))
+    return math.ceil(chars / 4) + 4 + images * IMAGE_TOKEN_ESTIMATE
 
 
 def _preview(text: str) -> str:
@@ -179,17 +356,18 @@ def build_context_projection(
         if message.tool_result is not None and message.tool_result.full_output is not None:
             artifacts.append(message.tool_result.full_output)
         test_ui = ProjectionPurpose(purpose) is ProjectionPurpose.TEST_UI
+        first_call = next(iter(message.tool_calls()), None)
         segments.append(
             ProjectedSegment(
                 entry_id=message.entry_id,
                 entry_type=entry_type,
                 message_index=index,
                 role=message.role,
-                tool_call_id=message.tool_call_id,
-                tool_name=message.tool_name,
+                tool_call_id=first_call.id if first_call else message.tool_call_id,
+                tool_name=first_call.name if first_call else message.tool_name,
                 token_estimate=estimate_tokens(message),
                 artifact_refs=artifacts if test_ui else [],
-                ui_preview=_preview(message.content) if test_ui else "",
+                ui_preview=_preview(message.text()) if test_ui else "",
             )
         )
     return ContextProjection(messages=messages, segments=segments)

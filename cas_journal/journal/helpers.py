@@ -12,14 +12,15 @@ if TYPE_CHECKING:
 
 
 def entry_type_for_message(message: Message) -> EntryType:
-    """user -> user_message, tool -> tool_result, assistant with a tool field -> tool_call,
-    other assistant -> assistant_message, anything else -> custom."""
+    """user -> user_message, tool -> tool_result, assistant with a tool field or a
+    tool_use block -> tool_call, other assistant -> assistant_message, anything else
+    (system included) -> custom."""
     if message.role == Role.USER:
         return EntryType.USER_MESSAGE
     if message.role == Role.TOOL:
         return EntryType.TOOL_RESULT
     if message.role == Role.ASSISTANT:
-        if message.tool_call_id or message.tool_name or message.tool_args:
+        if message.tool_call_id or message.tool_name or message.tool_args or message.tool_calls():
             return EntryType.TOOL_CALL
         return EntryType.ASSISTANT_MESSAGE
     return EntryType.CUSTOM

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 
+from .content import ContentBlock, ToolCall, block_tool_calls, check_content, content_text
+
 
 def _to_utc(value: datetime | None) -> datetime | None:
     if value is None:
@@ -23,6 +25,8 @@ def _to_utc(value: datetime | None) -> datetime | None:
 
 
 UtcDatetime = Annotated[datetime | None, AfterValidator(_to_utc)]
+MessageContent = Annotated[str | list[ContentBlock], AfterValidator(check_content)]
+"""A message's content: a string, or a list of content blocks (``journal.content``)."""
 
 
 class Role(StrEnum):
@@ -126,10 +130,17 @@ class ToolResultView(_Frozen):
 
 
 class Message(_Frozen):
-    """One provider-facing message."""
+    """One provider-facing message.
+
+    ``content`` is a string or a list of content blocks (text, images, ``tool_use``,
+    ``tool_result`` ...; see ``cas_journal.journal.content``). An assistant message makes
+    one tool call through ``tool_call_id``/``tool_name``/``tool_args``, or any number
+    through ``tool_use`` blocks; a ``tool`` message answers ``tool_call_id``, a user
+    message may answer several calls with ``tool_result`` blocks.
+    """
 
     role: str = ""
-    content: str = ""
+    content: MessageContent = ""
     reasoning: str = ""
     tool_call_id: str = ""
     tool_name: str = ""
@@ -143,6 +154,19 @@ class Message(_Frozen):
     compaction_id: str = ""
     compaction_generation: int = 0
     compaction_window_id: str = ""
+
+    def text(self) -> str:
+        """The message's words: ``content`` itself, or its text blocks joined by newlines."""
+        return content_text(self.content)
+
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls an assistant message makes (the tool fields, then tool_use blocks)."""
+        if self.role != Role.ASSISTANT:
+            return []
+        calls = block_tool_calls(self.content)
+        if self.tool_call_id or self.tool_name:
+            calls.insert(0, ToolCall(self.tool_call_id, self.tool_name, self.tool_args))
+        return calls
 
 
 class ContextUsage(_Frozen):
