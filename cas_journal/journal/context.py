@@ -195,12 +195,8 @@ def _answered_ids(message: Message) -> list[str]:
     ]
 
 
-def _cover_calls(path: Sequence[Entry], start: int, skip: int) -> int:
-    """Move a tail start back so each tool result in the tail keeps the call it answers.
-
-    The tail is ``path[start:]`` without ``path[skip]`` (the compaction). Results whose
-    call is nowhere on the path stay as they are.
-    """
+def _unanswered(path: Sequence[Entry], start: int, skip: int) -> set[str]:
+    """Call ids answered in ``path[start:]`` (without ``path[skip]``) but not made there."""
     made: set[str] = set()
     needed: set[str] = set()
     for i in range(start, len(path)):
@@ -209,14 +205,25 @@ def _cover_calls(path: Sequence[Entry], start: int, skip: int) -> int:
             continue
         made.update(call.id for call in message.tool_calls())
         needed.update(cid for cid in _answered_ids(message) if cid and cid not in made)
-    for i in range(min(start, skip) - 1, -1, -1):
-        if not needed:
-            break
-        message = visible_message(path[i])
-        calls = {call.id for call in message.tool_calls()} if message is not None else set()
-        if calls & needed:
-            needed -= calls
-            start = i
+    return needed
+
+
+def _cover_calls(path: Sequence[Entry], start: int, skip: int) -> int:
+    """Move a tail start back so each tool result in the tail keeps the call it answers.
+
+    The tail is ``path[start:]`` without ``path[skip]`` (the compaction). Moving back may
+    take in more results, whose calls are then taken in too. Results whose call is
+    nowhere on the path stay as they are.
+    """
+    while needed := _unanswered(path, start, skip):
+        earlier = start
+        for i in range(min(start, skip) - 1, -1, -1):
+            message = visible_message(path[i])
+            if message is not None and {call.id for call in message.tool_calls()} & needed:
+                earlier = i
+        if earlier == start:
+            return start
+        start = earlier
     return start
 
 
