@@ -131,6 +131,17 @@ def test_a_retried_batch_is_not_stored_twice():
     assert len(run(store.load(KEY))) == len(lines) + 2
 
 
+def test_idempotency_holds_across_store_objects():
+    journal = cj.Journal.memory()
+    one, two = CasJournalSessionStore(journal), CasJournalSessionStore(journal)
+    lines = transcript(KEY["session_id"], turns=4)
+    run(one.append(KEY, lines[:3]))
+    run(two.append(KEY, lines[3:5]))  # one's cached uuids are now stale
+    run(one.append(KEY, lines[3:6]))
+    run(two.append(KEY, lines))
+    assert run(one.load(KEY)) == lines
+
+
 @pytest.mark.parametrize(
     ("one", "two"),
     [

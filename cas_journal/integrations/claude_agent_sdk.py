@@ -45,6 +45,7 @@ import contextlib
 import json
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -71,6 +72,8 @@ SUMMARY_KEY = "claude_agent_sdk.summary"
 TRANSCRIPTS = "claude-agent-sdk"
 SUMMARIES = "claude-agent-sdk-summary"
 _COMMIT_ATTEMPTS = 8
+_CACHED_TRANSCRIPTS = 64
+"""Transcripts whose uuids a store keeps in memory for the idempotency check."""
 _T = TypeVar("_T")
 
 
@@ -122,6 +125,8 @@ class CasJournalSessionStore(SessionStore):
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._lock = threading.Lock()
+        self._uuids: OrderedDict[str, tuple[str, set[str]]] = OrderedDict()
+        """Per transcript thread: the leaf last seen and the uuids on its path."""
 
     async def _run(self, call: Callable[..., _T], *args: Any) -> _T:
         def locked() -> _T:
@@ -150,7 +155,7 @@ class CasJournalSessionStore(SessionStore):
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
                 with self.journal.batch(thread_id) as batch:
-                    known = {line.get("uuid") for _, line in self._path_lines(thread_id)}
+                    known = self._known_uuids(thread_id)
                     fresh = []
                     for line, entry in encoded:
                         line_uuid = line.get("uuid")
@@ -160,11 +165,33 @@ class CasJournalSessionStore(SessionStore):
                             known.add(line_uuid)
                         batch.append(entry)
                         fresh.append(line)
+                if batch.entries:
+                    self._remember(thread_id, batch.entries[-1].id, known)
                 return fresh
             except ConflictError:
                 if attempt == _COMMIT_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
+
+    def _known_uuids(self, thread_id: str) -> set[str]:
+        """The uuids of the lines on the transcript's path (cached while the leaf stays)."""
+        leaf = self.journal.thread(thread_id).leaf_id
+        cached = self._uuids.get(thread_id)
+        if cached is not None and cached[0] == leaf:
+            return set(cached[1])
+        known = set()
+        for _, line in self._path_lines(thread_id):
+            line_uuid = line.get("uuid")
+            if isinstance(line_uuid, str):
+                known.add(line_uuid)
+        self._remember(thread_id, leaf, known)
+        return set(known)
+
+    def _remember(self, thread_id: str, leaf: str, known: set[str]) -> None:
+        self._uuids[thread_id] = (leaf, known)
+        self._uuids.move_to_end(thread_id)
+        while len(self._uuids) > _CACHED_TRANSCRIPTS:
+            self._uuids.popitem(last=False)
 
     def _read_summary(self, thread_id: str) -> dict[str, Any] | None:
         leaf = self.journal.thread(thread_id).leaf_id
