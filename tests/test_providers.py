@@ -227,6 +227,14 @@ def test_an_orphan_result_is_refused_by_name(j):
         assert result.id in str(info.value)
 
 
+def test_a_second_result_for_one_call_is_refused(j):
+    say(j, "assistant", "", tool_call_id="c", tool_name="ls")
+    say(j, "tool", "one", tool_call_id="c")
+    say(j, "tool", "two", tool_call_id="c")
+    with pytest.raises(ProviderFormatError, match="'c', which was answered already"):
+        to_anthropic(cj.build_context(j.path("t")))
+
+
 def test_an_unanswered_call_is_refused(j):
     say(j, "user", "go")
     say(j, "assistant", [{"type": "tool_use", "id": "x", "name": "ls", "input": {}}])

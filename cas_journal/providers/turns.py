@@ -150,16 +150,23 @@ def to_turns(messages: Sequence[Message]) -> list[Turn]:
     """The turns of a context, calls merged and pairing checked (see the module doc)."""
     turns: list[Turn] = []
     open_calls: dict[str, Call] = {}
+    answered: set[str] = set()
     answering = False  # a result of the open calls was seen
     for message in messages:
         for turn in _turns_of(message):
             if turn.role == "tool":
                 if turn.call_id not in open_calls:
+                    why = (
+                        "which was answered already"
+                        if turn.call_id in answered
+                        else "which no assistant message before it makes"
+                    )
                     raise ProviderFormatError(
                         f"the tool result of entry {turn.entry_id or '?'} answers call "
-                        f"{turn.call_id!r}, which no assistant message before it makes"
+                        f"{turn.call_id!r}, {why}"
                     )
                 del open_calls[turn.call_id]
+                answered.add(turn.call_id)
                 answering = True
                 turns.append(turn)
                 continue
