@@ -7,6 +7,11 @@ with cj.Journal.open("path/to/store") as j:
                       message=cj.Message(role="user", content="hi")))
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ActiveTurn,
     AmbiguousPrefix,
@@ -26,43 +31,99 @@ from .errors import (
     ThreadExists,
     ThreadNotFound,
 )
-from .journal import (
-    ArtifactRef,
-    Batch,
-    Checkpoint,
-    CheckpointStore,
-    CompactionResult,
-    ContextProjection,
-    ContextUsage,
-    Entry,
-    EntryType,
-    ForkPosition,
-    Journal,
-    Message,
-    ProjectedSegment,
-    ProjectionPurpose,
-    Role,
-    ThreadMeta,
-    ThreadTitleSource,
-    ThreadTitleStatus,
-    ToolResultView,
-    TurnLease,
-    TurnMarkerStatus,
-    append_active_tools,
-    append_compaction,
-    append_failure,
-    append_message,
-    append_turn_marker,
-    build_context,
-    build_context_projection,
-    entry_type_for_message,
-    estimate_tokens,
-    prepare_entry,
-    raw_for_entry,
-    stable_hash,
-)
+
+if TYPE_CHECKING:
+    from .journal import (
+        ArtifactRef,
+        Batch,
+        Checkpoint,
+        CheckpointStore,
+        CompactionResult,
+        ContextProjection,
+        ContextUsage,
+        Entry,
+        EntryType,
+        ForkPosition,
+        Journal,
+        Message,
+        ProjectedSegment,
+        ProjectionPurpose,
+        Role,
+        ThreadMeta,
+        ThreadTitleSource,
+        ThreadTitleStatus,
+        ToolResultView,
+        TurnLease,
+        TurnMarkerStatus,
+        append_active_tools,
+        append_compaction,
+        append_failure,
+        append_message,
+        append_turn_marker,
+        build_context,
+        build_context_projection,
+        entry_type_for_message,
+        estimate_tokens,
+        prepare_entry,
+        raw_for_entry,
+        stable_hash,
+    )
 
 __version__ = "0.1.0"
+
+_LAZY = frozenset(
+    (
+        "ArtifactRef",
+        "Batch",
+        "Checkpoint",
+        "CheckpointStore",
+        "CompactionResult",
+        "ContextProjection",
+        "ContextUsage",
+        "Entry",
+        "EntryType",
+        "ForkPosition",
+        "Journal",
+        "Message",
+        "ProjectedSegment",
+        "ProjectionPurpose",
+        "Role",
+        "ThreadMeta",
+        "ThreadTitleSource",
+        "ThreadTitleStatus",
+        "ToolResultView",
+        "TurnLease",
+        "TurnMarkerStatus",
+        "append_active_tools",
+        "append_compaction",
+        "append_failure",
+        "append_message",
+        "append_turn_marker",
+        "build_context",
+        "build_context_projection",
+        "entry_type_for_message",
+        "estimate_tokens",
+        "prepare_entry",
+        "raw_for_entry",
+        "stable_hash",
+    )
+)
+"""Names imported from ``cas_journal.journal`` on first use (PEP 562): importing the
+package, the command line or the object layer does not build the pydantic models until
+something needs them."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(".journal", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
+
 
 __all__ = [
     "ActiveTurn",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from journal_helpers import assistant, at, user
@@ -194,19 +195,47 @@ def test_control_characters_in_ids_and_text_are_escaped(run):
     assert run.json("threads")["threads"][0]["id"] == evil  # JSON keeps the exact id
 
 
-def test_show_reports_metadata_leaf_and_counts(loaded):
+def test_show_thread_reports_metadata_path_length_and_the_leaf_in_full(loaded):
     run, ids = loaded
     out = run.ok("show", "main").stdout
-    assert re.search(r"^entries:\s+5$", out, re.M)
-    assert re.search(r"^branches:\s+2$", out, re.M)
-    assert re.search(r"^forks:\s+side$", out, re.M)
-    assert ids["e"][:10] in out and "final answer" in out
+    assert re.search(r"^path:\s+4 entries from the root to the leaf$", out, re.M)
+    assert re.search(r"^assistant  " + ids["e"][:10], out, re.M)
+    assert "    final answer" in out
     data = run.json("show", "side")
     assert data["thread"]["forked_from_thread_id"] == "main"
+    assert data["thread"]["title"] is None  # absent values are null, never ""
     assert data["leaf"]["id"] == ids["f"] and "raw" not in data["leaf"]
-    assert data["counts"] == {"entries": 3, "path": 3, "branches": 1, "forks": 0}
-    assert data["forks"] == []
-    assert run.fails(1, "show", "nope") == "Error: thread 'nope' not found"
+    assert data["path_length"] == 3
+    assert run.json("show", "old") == {
+        "thread": run.json("show", "old")["thread"],
+        "leaf": None,
+        "path_length": 0,
+    }
+    assert (
+        run.fails(1, "show", "nope") == "Error: thread 'nope' not found (and it is not an entry id)"
+    )
+
+
+def test_show_entry_renders_the_whole_message_as_a_transcript(loaded):
+    run, ids = loaded
+    out = run.ok("show", ids["a"][:8]).stdout.splitlines()
+    assert out[0].split()[:2] == ["user", ids["a"][:10]]
+    assert out[1:3] == ["    first question", "    with a second line"]
+    assert out[-1].startswith(f"entry {ids['a']}  (user_message, depth 0, parent -)")
+    data = run.json("show", ids["b"])
+    assert data["id"] == ids["b"] and data["parent_id"] == ids["a"] and data["depth"] == 1
+    assert data["thread_id"] is None and data["message"]["content"] == "first answer"
+    assert data["message"]["tool_name"] is None
+    with cj.Journal.open(run.store, durable=False) as j:
+        payload = j.entry("main", ids["b"]).raw_hash
+    assert "is a blob, not an entry" in run.fails(1, "show", payload[:10])
+    assert "no object id starts with" in run.fails(1, "show", "0000000")
+
+
+def test_show_of_a_one_entry_thread_says_entry_not_entries(run):
+    run.ok("init")
+    run.ok("append", "solo", "hello")
+    assert "path:         1 entry from the root to the leaf" in run.ok("show", "solo").stdout
 
 
 def test_log_prints_the_path_and_accepts_a_leaf_prefix(loaded):
@@ -501,7 +530,13 @@ def test_import_malformed_line_names_it_and_changes_nothing(loaded, tmp_path):
 def test_demo_is_deterministic_and_rerunnable(tmp_path):
     run = Cli(tmp_path / "demo")
     out = run.ok("demo").stdout
-    assert "fsck: ok" in out and "dedup_ratio" in out
+    assert "fsck: ok" in out and "dedup " in out
+    last = out.splitlines()[-1]
+    assert re.fullmatch(
+        r"logical [\d.]+ KiB \(68 entries, 12 checkpoints\); stored [\d.]+ KiB on disk "
+        r"\(38 distinct entries, 12 checkpoints\); [\d.]+x smaller",
+        last,
+    ), last
     assert "thread demo-main" in out and "o fork demo-zoneinfo" in out and "|\\" in out
     threads = ("demo-main", "demo-explain", "demo-zoneinfo", "demo-retry", "demo-review")
     logs = {thread: run.json("log", thread) for thread in threads}
@@ -513,8 +548,9 @@ def test_demo_is_deterministic_and_rerunnable(tmp_path):
     assert [c["iteration"] for c in history] == list(range(12, 0, -1))
     stats = run.json("stats")
     assert stats["threads"] == 5 and stats["dedup_ratio"] > 1.5
-    main = run.json("show", "demo-main")
-    assert main["counts"]["branches"] == 2 and main["counts"]["forks"] == 4
+    assert stats["logical_entries"] == 68 and stats["entries"] == 38
+    tree = run.json("tree", "demo-main")
+    assert len(tree["forks"]) == 4 and sum(e["on_path"] for e in tree["entries"]) == 17
 
 
 DEMO_ROOT = "7e7b18aa3cdb289e24349bcb5a39a10743508e3c22456199ffa88768d6e9b35a"
@@ -549,10 +585,32 @@ def test_every_json_output_parses_and_carries_the_documented_fields(loaded, tmp_
     _documented("threads", {"threads"} | THREAD_FIELDS)
 
     data = run.json("show", "main")
-    assert set(data) == {"thread", "leaf", "counts", "forks"}
+    assert set(data) == {"thread", "leaf", "path_length"}
     assert set(data["thread"]) == THREAD_FIELDS and set(data["leaf"]) == ENTRY_FIELDS
-    assert set(data["counts"]) == {"entries", "path", "branches", "forks"}
-    _documented("show", set(data) | set(data["counts"]) | ENTRY_FIELDS)
+    entry = run.json("show", data["leaf"]["id"][:10])
+    assert set(entry) == ENTRY_FIELDS | {"depth"}
+    _documented("show", set(data) | {"depth"} | ENTRY_FIELDS)
+
+    data = run.json("diff", "main", "side")
+    assert set(data) == {
+        "left",
+        "right",
+        "ancestor",
+        "ancestor_depth",
+        "left_entries",
+        "right_entries",
+    }
+    _documented("diff", set(data))
+
+    data = run.json("tree", "main")
+    assert set(data) == {"thread", "entries", "forks"}
+    assert all(set(e) == ENTRY_FIELDS | {"on_path"} for e in data["entries"])
+    assert set(data["forks"][0]) == {"thread_id", "entry_id", "leaf_id", "added"}
+    _documented("tree", set(data) | {"on_path", "thread_id", "entry_id", "leaf_id", "added"})
+
+    data = json.loads(run.ok("append", "main", "more", "--json").stdout)
+    assert set(data) == {"created_thread", "entry"} and set(data["entry"]) == ENTRY_FIELDS
+    _documented("append", set(data))
 
     data = run.json("log", "main")
     assert set(data) == {"thread", "leaf_id", "entries"}
@@ -615,13 +673,17 @@ def test_usage_errors_are_one_line_with_exit_2(loaded):
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_help_lists_every_command():
+def test_help_lists_every_command_and_every_listed_command_loads():
+    from cas_journal.cli.app import COMMANDS
+
     out = CliRunner().invoke(cli, ["--help"]).stdout
     for name in (
         "init",
         "threads",
+        "append",
         "show",
         "log",
+        "diff",
         "tree",
         "cat",
         "fork",
@@ -642,6 +704,12 @@ def test_help_lists_every_command():
         "clone",
     ):
         assert re.search(rf"^\s+{name}\s", out, re.M), name
+        assert name in COMMANDS
+    for name in COMMANDS:
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None and command.name == name, name
+        help_text = CliRunner().invoke(cli, [name, "--help"]).stdout
+        assert "docs/" not in help_text and ".md" not in help_text, name  # pip users lack docs/
 
 
 def test_progress_bars_only_on_a_terminal():
@@ -714,7 +782,7 @@ def test_console_script_runs_and_errors_without_traceback(loaded):
         env=_env(),
     )
     assert failed.returncode == 1 and failed.stdout == ""
-    assert failed.stderr == "Error: thread 'nope' not found\n"
+    assert failed.stderr == "Error: thread 'nope' not found (and it is not an entry id)\n"
 
 
 def test_python_cli_py_behaves_like_the_console_script(loaded):
@@ -741,3 +809,249 @@ def test_python_cli_py_behaves_like_the_console_script(loaded):
             via_script.stderr,
         ), args
         assert "Traceback" not in via_checkout.stderr
+
+
+# -- append, log -n/--full, diff ------------------------------------------------------------
+
+
+def test_append_creates_the_thread_says_so_and_takes_json_on_stdin(run):
+    run.ok("init")
+    out = run.ok("append", "t1", "hello", "there").stdout.splitlines()
+    assert out[0] == "created thread t1" and out[1].endswith("(user_message) to t1")
+    out = run.ok("append", "t1", "--role", "assistant", "hi").stdout.splitlines()
+    assert len(out) == 1 and "(assistant_message)" in out[0]
+    message = {"role": "assistant", "tool_name": "bash", "tool_args": '{"command": "ls"}'}
+    data = json.loads(run.ok("append", "t1", "--json", input=json.dumps(message)).stdout)
+    assert data["created_thread"] is False and data["entry"]["type"] == "tool_call"
+    data = json.loads(
+        run.ok("append", "t1", "--role", "tool", "--json", input='{"content": "a b"}').stdout
+    )
+    assert data["entry"]["message"]["role"] == "tool" and data["entry"]["type"] == "tool_result"
+    path = run.json("log", "t1")["entries"]
+    assert [e["message"]["content"] for e in path][:2] == ["hello there", "hi"]
+    first = path[0]["id"]
+    run.ok("append", "t1", "--parent", first[:8], "branch")
+    assert run.json("log", "t1")["entries"][-2]["id"] == first
+    assert "not a JSON message" in run.fails(1, "append", "t1", input="not json")
+    assert "one JSON object" in run.fails(1, "append", "t1", input="[1, 2]")
+    assert "invalid message: bogus" in run.fails(1, "append", "t1", input='{"bogus": 1}')
+    assert "stdin is empty" in run.fails(2, "append", "t1", input="")
+    assert "invalid value" in run.fails(2, "append", "t1", "--role", "robot", "x").lower()
+    assert "thread id" in run.fails(1, "append", "", "x")
+
+
+def test_log_last_n_and_full_transcript(loaded):
+    run, ids = loaded
+    lines = run.ok("log", "main", "-n", "2").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [ids["d"][:10], ids["e"][:10]]
+    assert [e["id"] for e in run.json("log", "main", "-n", "1")["entries"]] == [ids["e"]]
+    assert len(run.json("log", "main", "-n", "99")["entries"]) == 4
+    full = run.ok("log", "main", "--full").stdout
+    assert "    first question\n    with a second line\n" in full
+    assert full.count("\n\n") == 3  # four entries, blank lines between them
+    assert run.json("log", "old") == {"thread": "old", "leaf_id": None, "entries": []}
+    assert run.ok("log", "old").stdout == ""
+
+
+def test_diff_shows_the_common_ancestor_and_each_side(loaded):
+    run, ids = loaded
+    out = run.ok("diff", "main", "side").stdout.splitlines()
+    assert out[0].startswith("common ancestor (entry 2 of both paths): " + ids["b"][:10])
+    assert "--- main: 2 entries after it" in out and "+++ side: 1 entry after it" in out
+    assert any(line.startswith(f"- {ids['d'][:10]}") for line in out)
+    assert any(line.startswith(f"+ {ids['f'][:10]}") for line in out)
+    data = run.json("diff", "main", "side")
+    assert data["ancestor"]["id"] == ids["b"] and data["ancestor_depth"] == 1
+    assert [e["id"] for e in data["left_entries"]] == [ids["d"], ids["e"]]
+    assert [e["id"] for e in data["right_entries"]] == [ids["f"]]
+    same = run.json("diff", "main", "main")
+    assert same["left_entries"] == same["right_entries"] == []
+    apart = run.json("diff", "main", "old")
+    assert apart["ancestor"] is None and len(apart["left_entries"]) == 4
+    assert "no common ancestor" in run.ok("diff", "main", "old").stdout
+    assert "+ " in run.ok("diff", "main", "side", "--full").stdout
+    run.fails(1, "diff", "main", "nope")
+
+
+# -- checkpoints restore and reflog; purge ----------------------------------------------------
+
+
+def test_checkpoints_rm_restore_and_reflog_of_runs(loaded):
+    run, _ = loaded
+    assert "checkpoints restore run1" in run.ok("checkpoints", "rm", "run1").stdout
+    listing = run.json("checkpoints", "reflog")["runs"]
+    assert listing == [
+        {"run_id": "run1", "deleted": True, "last_change": listing[0]["last_change"]}
+    ]
+    assert listing[0]["last_change"]["reason"] == "delete"
+    assert "deleted" in run.ok("checkpoints", "reflog").stdout
+    out = run.ok("checkpoints", "restore", "run1").stdout
+    assert out.strip() == "restored run run1 (iteration 3, 3 messages)"
+    assert run.json("checkpoints", "show", "run1")["iteration"] == 3
+    assert "nothing to restore" in run.fails(1, "checkpoints", "restore", "run1")
+    assert "no restorable checkpoint" in run.fails(1, "checkpoints", "restore", "never")
+    reasons = [e["reason"] for e in run.json("checkpoints", "reflog", "run1")["entries"]]
+    assert reasons[:2] == ["restore", "delete"]
+    assert "has no reflog" in run.fails(1, "checkpoints", "reflog", "never")
+
+
+def _secret_store(run: Cli) -> tuple[str, str]:
+    """A thread holding a leaked key, and a fork that shares only its first entry."""
+    run.ok("init")
+    run.ok("append", "leak", "first, shared")
+    first = run.json("log", "leak")["entries"][0]["id"]
+    run.ok("fork", "leak", "--id", "keep")
+    secret = json.loads(run.ok("append", "leak", "AKIA-SECRET-KEY", "--json").stdout)["entry"]
+    return first, secret["raw_hash"]
+
+
+def _has_object(run: Cli, oid: str) -> bool:
+    with cj.Journal.open(run.store, durable=False) as j:
+        return j.store.objects.has(oid)
+
+
+def test_rm_purge_really_removes_what_only_the_thread_reached(run):
+    first, secret_blob = _secret_store(run)
+    line = run.fails(1, "rm", "leak", "--purge")  # no terminal to confirm on
+    assert "--yes" in line and _has_object(run, secret_blob)
+    run.ok("rm", "leak")  # deleted first: a purge still finds it through the reflog
+    assert _has_object(run, secret_blob)
+    out = run.ok("rm", "leak", "--purge", "--yes").stdout
+    assert "purged thread leak" in out and "cannot be restored" in out
+    assert not _has_object(run, secret_blob)
+    assert _has_object(run, first)  # the fork still reaches it
+    assert run.json("log", "keep")["entries"][0]["id"] == first
+    assert "no restorable state" in run.fails(1, "restore", "leak")
+    assert "has no reflog" in run.fails(1, "reflog", "leak")
+    run.ok("fsck")
+    run.fails(1, "rm", "leak", "--purge", "--yes")
+
+
+def test_rm_purge_asks_on_a_terminal(run, monkeypatch):
+    _, secret_blob = _secret_store(run)
+    from cas_journal.cli import threads
+
+    monkeypatch.setattr(threads, "can_ask", lambda: True)
+    result = run("rm", "leak", "--purge", input="n\n")
+    assert result.exit_code == 1 and "aborted; nothing was changed" in result.stderr
+    assert "Purge thread 'leak'" in result.stdout and _has_object(run, secret_blob)
+    assert run.json("log", "leak")["entries"]
+    result = run("rm", "leak", "--purge", input="y\n")
+    assert result.exit_code == 0 and not _has_object(run, secret_blob)
+
+
+def test_gc_expire_reflog_now_purges_deleted_threads(run):
+    _, secret_blob = _secret_store(run)
+    run.ok("rm", "leak")
+    dry = json.loads(run.ok("gc", "--expire-reflog=now", "--dry-run", "--json").stdout)
+    assert dry["dry_run"] is True and _has_object(run, secret_blob)
+    assert "--yes" in run.fails(1, "gc", "--expire-reflog=now")
+    report = json.loads(run.ok("gc", "--expire-reflog=now", "--yes", "--json").stdout)
+    assert report["reflog_entries_expired"] > 0 and report["deleted_objects"] > 0
+    assert not _has_object(run, secret_blob)
+    assert "no restorable state" in run.fails(1, "restore", "leak")
+    run.ok("gc", "--expire-reflog", "2w")
+    run.ok("gc", "--expire-reflog", "never")
+    assert "use now, never or a duration" in run.fails(2, "gc", "--expire-reflog", "soon")
+
+
+# -- stats --------------------------------------------------------------------------------
+
+
+def test_stats_of_an_unforked_thread_has_dedup_of_at_least_one(run):
+    run.ok("init")
+    for word in ("alpha", "beta", "gamma"):
+        run.ok("append", "t", word * 20)
+    data = run.json("stats")
+    assert data["threads"] == 1 and data["entries"] == 3 and data["logical_entries"] == 3
+    assert data["dedup_ratio"] == 1.0 and data["logical_bytes"] == data["content_bytes"]
+    run.ok("fork", "t", "--id", "u")
+    run.ok("append", "u", "delta")
+    forked = run.json("stats")
+    assert forked["logical_entries"] == 7 and forked["entries"] == 4
+    assert forked["dedup_ratio"] > 1.0
+    assert forked["disk_bytes"] >= forked["stored_bytes"] > 0
+    out = run.ok("stats").stdout
+    for label in ("threads:", "logical:", "content:", "stored:", "disk:", "overall:"):
+        assert re.search(rf"^{label}", out, re.M), label
+
+
+# -- locations ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--store", "memory://", "threads"],
+        ["--store", "memory://x", "init"],
+        ["pull", "memory://"],
+        ["push", "memory://"],
+        ["sync", "memory://", "memory://"],
+        ["clone", "memory://", "elsewhere"],
+        ["--store", " ", "threads"],
+        ["--store", "ftp://host/x", "threads"],
+    ],
+)
+def test_locations_the_command_line_cannot_use_fail_in_one_line(loaded, args):
+    run, _ = loaded
+    result = CliRunner().invoke(
+        cli, args if args[0] == "--store" else ["--store", str(run.store), *args]
+    )
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_python_dash_m_cas_journal_runs_the_command_line(loaded):
+    run, ids = loaded
+    done = subprocess.run(
+        [sys.executable, "-m", "cas_journal", "--store", str(run.store), "log", "main", "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+    )
+    assert [e["id"] for e in json.loads(done.stdout)["entries"]] == [ids[k] for k in "abde"]
+
+
+def test_the_command_line_imports_nothing_heavy_before_a_command_needs_it():
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from cas_journal.cli import cli\n"
+        "assert CliRunner().invoke(cli, ['--help']).exit_code == 0\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'boto3')"
+        " or m.startswith('cas_journal.journal'))\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(loaded, monkeypatch):
+    run, _ = loaded
+    from cas_journal.journal import Journal
+
+    def boom(self, *args, **kwargs):
+        raise StopIteration
+
+    monkeypatch.setattr(Journal, "list_threads", boom)
+    line = run.fails(1, "threads")
+    assert "unexpected StopIteration" in line and "CAS_JOURNAL_DEBUG" in line
+
+    def oom(self, *args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(Journal, "list_threads", oom)
+    assert run.fails(1, "threads") == "Error: out of memory"
+    monkeypatch.setenv("CAS_JOURNAL_DEBUG", "1")
+    monkeypatch.setattr(Journal, "list_threads", boom)
+    result = run("threads")
+    assert isinstance(result.exception, StopIteration)
+
+
+def test_file_not_found_is_one_line_naming_the_file(loaded):
+    run, _ = loaded
+    line = run.fails(2, "import", str(run.store / "no-such-file.jsonl"))
+    assert "no-such-file.jsonl" in line

@@ -337,12 +337,13 @@ def test_stats_counts_and_ratios(j):
         runs += sum(len(canonical_json(message)) for message in full.messages)
     assert report.logical_bytes == threads + runs
     assert report.dedup_ratio > 1.5
-    assert report.loose_bytes == report.stored_bytes > 0
+    assert report.content_bytes * report.dedup_ratio == pytest.approx(report.logical_bytes, 0.01)
+    assert report.loose_objects == report.objects and report.stored_bytes > 0
     pack(j.store)
     packed = stats(j.store)
-    assert packed.packed_bytes == packed.stored_bytes < report.stored_bytes
+    assert packed.loose_objects == 0 and 0 < packed.stored_bytes < report.stored_bytes
     assert packed.logical_bytes == report.logical_bytes
-    assert packed.total_ratio > report.total_ratio
+    assert packed.overall_ratio > report.overall_ratio
 
 
 def test_gc_removes_temp_files_left_by_killed_writers(j):

@@ -1,5 +1,5 @@
 """``python -m cas_journal.cli``: the same as ``cas-journal``."""
 
-from . import main
+from .app import main
 
 main()

@@ -1,30 +1,111 @@
-"""The root command group: where the store is, opening it, and the one place errors end.
+"""The root command group: where the store is, opening it, lazy commands, and the one place
+errors end.
 
-Every library error (``JournalError``) and operating-system error (``OSError``) that a
-command lets through becomes one line on stderr and exit status 1; usage errors (bad
-options, malformed ids) become one line and exit status 2. No traceback for bad input.
+Commands live in modules that are imported only when that command runs (``--help`` and
+``threads`` must start fast: nothing heavy is imported here). ``COMMANDS`` names every
+command, the module defining it and its one-line summary, shown by ``--help`` without
+importing anything.
+
+Every error a command lets through ends here: a library error (``JournalError``), an
+operating-system error, running out of memory or of recursion depth, and any other
+exception become one line on stderr and exit status 1 (set ``CAS_JOURNAL_DEBUG=1`` to see
+the traceback of an unexpected one); usage errors (bad options, malformed ids) become one
+line and exit status 2. Never a traceback for bad input.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from .. import __version__
-from ..backends.local import LocalStore
-from ..backends.local.store import is_store
-from ..errors import JournalError
-from ..journal import Journal
+from ..errors import InvalidInputError, JournalError
+
+if TYPE_CHECKING:
+    from ..journal import Journal
 
 DEFAULT_STORE = ".cas-journal"
 """The store used when neither ``--store`` nor ``$CAS_JOURNAL_STORE`` names one."""
 STORE_ENV = "CAS_JOURNAL_STORE"
 """The environment variable naming the store."""
+DEBUG_ENV = "CAS_JOURNAL_DEBUG"
+"""Set (to anything but empty or 0) to get the traceback of an unexpected error."""
 PROG_NAME = "cas-journal"
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a command is defined and what ``--help`` says of it."""
+
+    module: str
+    attribute: str
+    summary: str
+    section: str
+
+
+_THREADS = "Threads"
+_CHECKPOINTS = "Checkpoints"
+_STORE = "Store"
+_MOVING = "Moving data"
+
+COMMANDS: dict[str, LazyCommand] = {
+    "threads": LazyCommand("threads", "threads_command", "List threads, newest first.", _THREADS),
+    "append": LazyCommand(
+        "threads", "append", "Add a message to a thread (created if missing).", _THREADS
+    ),
+    "show": LazyCommand(
+        "reading", "show", "A thread's summary, or one entry as a transcript.", _THREADS
+    ),
+    "log": LazyCommand("reading", "log", "The path of a thread, root first.", _THREADS),
+    "diff": LazyCommand(
+        "reading", "diff", "Where two threads part: common ancestor, then each side.", _THREADS
+    ),
+    "tree": LazyCommand(
+        "tree", "tree", "A thread's branches and the threads forked from it.", _THREADS
+    ),
+    "fork": LazyCommand(
+        "threads", "fork", "Start a new thread sharing history (nothing copied).", _THREADS
+    ),
+    "rm": LazyCommand("threads", "rm", "Delete a thread (restorable, or --purge).", _THREADS),
+    "restore": LazyCommand("threads", "restore", "Bring back a deleted thread.", _THREADS),
+    "reflog": LazyCommand(
+        "threads", "reflog", "Every update of a thread's ref, newest first.", _THREADS
+    ),
+    "checkpoints": LazyCommand(
+        "checkpoints",
+        "checkpoints",
+        "Run checkpoints: list, show, history, rm, restore.",
+        _CHECKPOINTS,
+    ),
+    "init": LazyCommand("app", "init", "Create the store (a no-op if it exists).", _STORE),
+    "cat": LazyCommand("objects", "cat", "Show one stored object.", _STORE),
+    "stats": LazyCommand(
+        "maintenance", "stats", "What the store holds: logical vs stored bytes.", _STORE
+    ),
+    "pack": LazyCommand("maintenance", "pack", "Pack loose objects into one pack.", _STORE),
+    "gc": LazyCommand("maintenance", "gc", "Delete objects nothing reaches any more.", _STORE),
+    "fsck": LazyCommand("maintenance", "fsck", "Check the store (exit 1 on problems).", _STORE),
+    "demo": LazyCommand(
+        "demo", "demo", "Write a small forking workload and show what it costs.", _STORE
+    ),
+    "sync": LazyCommand(
+        "remote", "sync_command", "Copy what DESTINATION lacks from SOURCE.", _MOVING
+    ),
+    "push": LazyCommand("remote", "push", "Sync this store into REMOTE.", _MOVING),
+    "pull": LazyCommand("remote", "pull", "Sync REMOTE into this store.", _MOVING),
+    "clone": LazyCommand("remote", "clone", "Create a new store holding all of SOURCE.", _MOVING),
+    "export": LazyCommand("transfer", "export_command", "Write a thread as JSONL.", _MOVING),
+    "import": LazyCommand(
+        "transfer", "import_command", "Import threads from an export file.", _MOVING
+    ),
+}
+"""Every command of the root group, in the order ``--help`` lists them."""
 
 
 def one_line(text: str) -> str:
@@ -58,8 +139,59 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+def _debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line shown for an error that ends a command."""
+    if isinstance(exc, JournalError):
+        return one_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, OSError):
+        text = exc.strerror or str(exc) or type(exc).__name__
+        if exc.filename is not None:
+            text = f"{text}: {os.fsdecode(exc.filename)}"
+        return one_line(text)
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, RecursionError):
+        return "input is nested too deeply"
+    detail = one_line(str(exc))
+    return (
+        f"unexpected {type(exc).__name__}{': ' + detail if detail else ''} "
+        f"(a bug: set {DEBUG_ENV}=1 for the traceback and report it)"
+    )
+
+
+def _fail(exc: BaseException) -> NoReturn:
+    raise click.ClickException(error_line(exc)) from exc
+
+
 class RootGroup(click.Group):
-    """The ``cas-journal`` group: converts every expected error into one line."""
+    """The ``cas-journal`` group: lazy commands; every error becomes one line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, in the order of ``COMMANDS``."""
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import the module defining ``cmd_name`` and return its command."""
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module = importlib.import_module(f"{__package__}.{spec.module}")
+        command = getattr(module, spec.attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help``, by section, without importing any command."""
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for name, spec in COMMANDS.items():
+            sections.setdefault(spec.section, []).append((name, spec.summary))
+        for section, rows in sections.items():
+            with formatter.section(section):
+                formatter.write_dl(rows)
 
     def make_context(
         self,
@@ -75,16 +207,22 @@ class RootGroup(click.Group):
             raise _usage(exc) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the subcommand; library and OS errors exit 1 with one line on stderr."""
+        """Run the subcommand; every error exits with one line on stderr."""
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _usage(exc) from exc
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(1) from None
-        except (JournalError, OSError) as exc:
-            raise click.ClickException(one_line(str(exc)) or type(exc).__name__) from exc
+        except (JournalError, OSError, MemoryError, RecursionError) as exc:
+            _fail(exc)
+        except Exception as exc:
+            if _debugging():
+                raise
+            _fail(exc)
 
 
 class Env:
@@ -96,26 +234,13 @@ class Env:
 
     @property
     def is_remote(self) -> bool:
-        """True for locations with a scheme (``s3://``, ``memory://``)."""
+        """True for locations with a scheme (``s3://``)."""
         return "://" in self.location
 
-    def exists(self) -> bool:
-        """True if a local store exists at the location (remote ones are assumed to)."""
-        return self.is_remote or is_store(self.location)
-
     def journal(self, create: bool = False) -> Journal:
-        """The journal on the store; a missing local store is an error unless ``create``."""
+        """The journal on the store; a missing store is an error unless ``create``."""
         if self._journal is None:
-            if self.is_remote:
-                journal = Journal.open(self.location)
-            else:
-                if not create and not is_store(self.location):
-                    raise click.ClickException(
-                        f"no cas-journal store at {self.location}; create one with "
-                        f"'{self.init_command()}'"
-                    )
-                journal = Journal(LocalStore(self.location, create=create))
-            self._journal = journal
+            self._journal = open_journal(self.location, create=create)
             click.get_current_context().call_on_close(self.close)
         return self._journal
 
@@ -132,11 +257,49 @@ class Env:
             journal.close()
 
 
+def check_location(location: str) -> str:
+    """Refuse locations the command line cannot use: empty ones, and ``memory://`` (a
+    store that lives in one process only, so a command would act on an empty store that
+    vanishes when it exits)."""
+    if not location.strip():
+        raise InvalidInputError("the store location is empty")
+    if location.startswith("memory://"):
+        raise InvalidInputError(
+            f"{location} is a store inside one Python process; the command line cannot "
+            "use it (give a directory or an s3:// URL)"
+        )
+    return location
+
+
+def open_journal(location: str, create: bool = False) -> Journal:
+    """A journal on the store at a path or URL (``open_store``); a missing store is an
+    error naming the command that creates it, unless ``create``."""
+    from ..backends import open_store
+    from ..errors import StoreFormatError
+    from ..journal import Journal
+
+    check_location(location)
+    try:
+        store = open_store(location, create=create)
+    except StoreFormatError as exc:
+        if not create and "no cas-journal store" in str(exc):
+            init = (
+                f"{PROG_NAME} init"
+                if location == DEFAULT_STORE
+                else f"{PROG_NAME} --store {shlex.quote(location)} init"
+            )
+            raise StoreFormatError(
+                f"no cas-journal store at {location}; create one with '{init}'"
+            ) from exc
+        raise
+    return Journal(store)
+
+
 pass_env = click.make_pass_decorator(Env)
 """Decorator passing the command's Env as the first argument."""
 
 json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (schema in docs/cli.md)."
+    "--json", "as_json", is_flag=True, help="Print JSON (one document on stdout)."
 )
 """The ``--json`` flag of listing and reporting commands."""
 
@@ -154,7 +317,11 @@ json_option = click.option(
 @click.version_option(version=__version__, prog_name=PROG_NAME)
 @click.pass_context
 def cli(ctx: click.Context, location: str) -> None:
-    """Content-addressed, deduplicated agent journals and run checkpoints."""
+    """Content-addressed, deduplicated agent journals and run checkpoints.
+
+    Start with 'cas-journal demo', then 'cas-journal threads' and
+    'cas-journal log demo-main'. Every command takes --help.
+    """
     ctx.obj = Env(location)
 
 
@@ -166,7 +333,14 @@ def init(env: Env) -> None:
         env.journal(create=True)
         click.echo(f"store ready at {env.location}")
         return
-    existed = env.exists()
+    from ..backends.local import is_store
+
+    existed = is_store(env.location)
     env.journal(create=True)
     verb = "store already exists at" if existed else "created store at"
     click.echo(f"{verb} {env.location}")
+
+
+def main() -> None:
+    """Run the command line (exits the process)."""
+    cli.main(prog_name=PROG_NAME)

@@ -1,24 +1,27 @@
-"""``checkpoints``: run checkpoints (list, show, history, rm)."""
+"""``checkpoints``: run checkpoints (list, show, history, rm, restore, reflog)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import CheckpointNotFound
-from ..journal import Checkpoint
+from ..errors import CheckpointNotFound, ConflictError
 from .app import Env, json_option, pass_env
-from .output import echo_json, echo_lines, first_line, human_time, model_json, table
+from .output import echo_json, echo_lines, first_line, human_time, model_json, printable, table
+from .threads import reflog_json, reflog_rows
+
+if TYPE_CHECKING:
+    from ..backends import ReflogEntry, Store
+    from ..journal import Checkpoint
+
+CHECKPOINT_PREFIX = "checkpoints/"
 
 
 def checkpoint_json(checkpoint: Checkpoint, with_messages: bool = False) -> dict[str, Any]:
     """A checkpoint for --json output (messages only when asked for)."""
-    data: dict[str, Any] = model_json(checkpoint)
-    if not with_messages:
-        data.pop("messages", None)
-    return data
+    return model_json(checkpoint, exclude=None if with_messages else {"messages"})
 
 
 def _block_text(block: Any) -> str:
@@ -155,12 +158,97 @@ def history(env: Env, run: str, as_json: bool) -> None:
 @click.argument("run")
 @pass_env
 def rm(env: Env, run: str) -> None:
-    """Delete a run's checkpoints (restorable from the reflog until gc expires it)."""
+    """Delete a run's checkpoints (undo with 'checkpoints restore RUN' until gc expires
+    the run's reflog, 30 days by default)."""
     store = env.journal().checkpoints
     if not store.has_checkpoint(run):
         raise CheckpointNotFound(f"no checkpoint for run {run!r}")
     store.delete(run)
-    click.echo(f"deleted checkpoints of run {run}")
+    click.echo(
+        printable(
+            f"deleted checkpoints of run {run} (undo with 'cas-journal checkpoints restore {run}')"
+        )
+    )
+
+
+def run_ref(run: str) -> str:
+    """The ref name of a run (validating the id)."""
+    from ..names import validate_id
+
+    return CHECKPOINT_PREFIX + validate_id(run, "run id")
+
+
+def restore_run(store: Store, run: str) -> str:
+    """Point a deleted run's ref back at its last checkpoint (from the reflog)."""
+    from ..objects import is_oid
+
+    name = run_ref(run)
+    if store.refs.read_ref(name) is not None:
+        raise ConflictError(f"run {run!r} exists; nothing to restore")
+    last = next((e.new for e in reversed(store.refs.reflog(name)) if e.new), None)
+    if last is None or not is_oid(last) or not store.objects.has(last):
+        raise CheckpointNotFound(f"run {run!r} has no restorable checkpoint in its reflog")
+    if not store.refs.set_if_equals(name, None, last, "restore"):
+        raise ConflictError(f"run {run!r} was created meanwhile; nothing restored")
+    return last
+
+
+@checkpoints.command()
+@click.argument("run")
+@pass_env
+def restore(env: Env, run: str) -> None:
+    """Bring back a deleted run at its newest checkpoint."""
+    journal = env.journal()
+    restore_run(journal.store, run)
+    newest = journal.checkpoints.history(run)[0]
+    click.echo(
+        printable(
+            f"restored run {run} (iteration {newest.iteration}, {newest.message_count} messages)"
+        )
+    )
+
+
+@checkpoints.command()
+@click.argument("run", required=False)
+@json_option
+@pass_env
+def reflog(env: Env, run: str | None, as_json: bool) -> None:
+    """Every update of RUN's ref, newest first; without RUN, every run that has a reflog,
+    deleted ones included (restore them with 'checkpoints restore RUN')."""
+    refs = env.journal().store.refs
+    if run is not None:
+        name = run_ref(run)
+        updates = list(reversed(refs.reflog(name)))
+        if not updates:
+            raise CheckpointNotFound(f"run {run!r} has no reflog")
+        if as_json:
+            echo_json({"run_id": run, "ref": name, "entries": reflog_json(updates)})
+        else:
+            echo_lines(reflog_rows(updates))
+        return
+    runs: list[tuple[str, bool, ReflogEntry]] = []
+    for name in refs.reflog_names(CHECKPOINT_PREFIX):
+        updates = refs.reflog(name)
+        if updates:
+            runs.append((name[len(CHECKPOINT_PREFIX) :], refs.read_ref(name) is None, updates[-1]))
+    if as_json:
+        echo_json(
+            {
+                "runs": [
+                    {"run_id": run_id, "deleted": deleted, "last_change": reflog_json([last])[0]}
+                    for run_id, deleted, last in runs
+                ]
+            }
+        )
+        return
+    if not runs:
+        click.echo("no run has a reflog")
+        return
+    rows = [
+        [run_id, "deleted" if deleted else "live", human_time(last.time), last.reason or "-"]
+        for run_id, deleted, last in runs
+    ]
+    echo_lines(table(rows, ["RUN", "STATE", "LAST CHANGE", "REASON"]))
 
 
 COMMANDS = [checkpoints]

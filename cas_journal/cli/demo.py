@@ -26,7 +26,8 @@ from ..journal import (
 )
 from . import demo_data as data
 from .app import Env, pass_env
-from .output import show_report
+from .maintenance import stats_lines, summary_line
+from .output import echo_lines, human_size
 from .tree import tree
 
 MAIN = "demo-main"
@@ -160,7 +161,11 @@ def build_demo(journal: Journal) -> dict[str, int]:
 @pass_env
 @click.pass_context
 def demo(ctx: click.Context, env: Env) -> None:
-    """Build a small forking workload, then pack, gc and show stats, fsck and the tree."""
+    """Write a small forking workload, pack and gc it, and show what it costs.
+
+    Prints the tree of the main thread, the store's stats and fsck's verdict, and ends
+    with one line: the logical bytes and entries against what the store takes on disk.
+    """
     from ..maintenance import fsck, gc, pack, stats
 
     journal = env.journal(create=True)
@@ -171,15 +176,24 @@ def demo(ctx: click.Context, env: Env) -> None:
         f"to {env.location}"
     )
     click.echo()
-    show_report(pack(journal.store), False, "pack:")
-    show_report(gc(journal.store), False, "gc:")
-    show_report(stats(journal.store), False, "stats:")
+    ctx.invoke(tree, thread=MAIN, as_json=False)
+    click.echo()
+    packed = pack(journal.store)
+    collected = gc(journal.store)
+    click.echo(
+        f"pack: {packed.objects} objects into one pack; gc: "
+        f"{collected.deleted_objects} unreachable objects deleted "
+        f"({human_size(collected.deleted_bytes)})"
+    )
     checked = fsck(journal.store)
     click.echo(f"fsck: {'ok' if checked.ok else f'{len(checked.problems)} problem(s)'}")
     for problem in checked.problems:
         click.echo(f"  {problem.subject}: {problem.message}")
+    report = stats(journal.store)
     click.echo()
-    ctx.invoke(tree, thread=MAIN)
+    echo_lines(stats_lines(report))
+    click.echo()
+    click.echo(summary_line(report))
     if not checked.ok:
         ctx.exit(1)
 

@@ -1,18 +1,28 @@
-"""Formatting for people and scripts: short ids, sizes, times, tables, reports, progress."""
+"""Formatting for people and scripts: short ids, sizes, times, tables, colour, reports,
+progress.
+
+JSON output follows one rule: a field of the library's models that has no value is
+``null`` (empty strings become ``null``; empty lists and maps stay ``[]``/``{}``; numbers
+stay numbers). Maps and message dicts that users supplied are printed exactly as stored.
+Colour is used only when stdout is a terminal and ``NO_COLOR`` is not set.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import click
-from pydantic import BaseModel
 
-from ..journal import Entry, EntryType
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..journal import Entry
 
 SHORT_ID = 10
 """Hex digits shown for an object id in human output."""
@@ -61,7 +71,7 @@ def entry_text(entry: Entry) -> str:
     if message is not None:
         text = message.text()
         calls = message.tool_calls()
-        if entry.type is EntryType.TOOL_CALL and calls and not text:
+        if entry.type == "tool_call" and calls and not text:
             return "; ".join(f"{call.name} {call.arguments}".strip() for call in calls)
         if text:
             return text
@@ -124,9 +134,61 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def model_json(model: BaseModel) -> Any:
-    """A pydantic model as JSON-compatible data."""
-    return model.model_dump(mode="json")
+def model_json(model: BaseModel, exclude: set[str] | None = None) -> dict[str, Any]:
+    """A pydantic model as JSON-compatible data, absent values (``""``) as ``null``."""
+    data: dict[str, Any] = model.model_dump(mode="json", exclude=exclude)
+    return _nulls(model, data)
+
+
+def _nulls(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    from pydantic import BaseModel
+
+    for name in type(model).model_fields:
+        if name not in data:
+            continue
+        value = getattr(model, name)
+        if value == "":
+            data[name] = None
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            _nulls(value, data[name])
+        elif isinstance(value, list) and isinstance(data[name], list):
+            for item, dumped in zip(value, data[name], strict=True):
+                if isinstance(item, BaseModel) and isinstance(dumped, dict):
+                    _nulls(item, dumped)
+    return data
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """An entry for --json output: every Entry field except ``raw``."""
+    return model_json(entry, exclude={"raw"})
+
+
+# -- colour --------------------------------------------------------------------------------
+
+
+def colour_enabled() -> bool:
+    """True if stdout is a terminal and ``NO_COLOR`` is unset or empty."""
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def paint(text: str, **style: Any) -> str:
+    """``click.style`` (``fg=``, ``bold=``, ``dim=``) when colour is enabled, else the text.
+
+    click also strips styles written to a non-terminal; ``NO_COLOR`` is honoured here.
+    """
+    return click.style(text, **style) if colour_enabled() else text
+
+
+def page(lines: Iterable[str]) -> None:
+    """Print lines, through a pager (``$PAGER``, else ``less``) when stdout is a terminal.
+
+    Lines are produced as they are shown, so a long transcript is never held whole.
+    """
+    if sys.stdout.isatty() and sys.stdin.isatty():
+        click.echo_via_pager(line + "\n" for line in lines)
+        return
+    for line in lines:
+        click.echo(line)
 
 
 # -- reports -------------------------------------------------------------------------------
@@ -149,7 +211,7 @@ def format_value(name: str, value: Any) -> str:
         return f"{value:.2f}"
     if isinstance(value, datetime):
         return human_time(value)
-    if isinstance(value, BaseModel):
+    if hasattr(type(value), "model_fields"):
         return "; ".join(
             f"{key}: {format_value(key, getattr(value, key))}" for key in type(value).model_fields
         )
@@ -164,7 +226,7 @@ def report_lines(report: BaseModel, indent: str = "") -> list[str]:
     for name in fields:
         value = getattr(report, name)
         label = f"{indent}{(name + ':').ljust(width)}"
-        if isinstance(value, BaseModel):
+        if hasattr(type(value), "model_fields"):
             lines.append(f"{indent}{name}:")
             lines += report_lines(value, indent + "  ")
         elif isinstance(value, dict):
@@ -189,7 +251,7 @@ def report_lines(report: BaseModel, indent: str = "") -> list[str]:
 
 
 def show_report(report: BaseModel, as_json: bool, title: str | None = None) -> None:
-    """Print a report as JSON (``model_dump(mode="json")``) or as aligned lines."""
+    """Print a report as JSON (``model_json``) or as aligned lines."""
     if as_json:
         echo_json(model_json(report))
         return

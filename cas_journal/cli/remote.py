@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ..backends.local import LocalStore
-from ..backends.local.store import is_store
-from ..journal import Journal
-from ..maintenance.sync import SyncReport, sync
-from .app import Env, json_option, pass_env
+from ..errors import JournalError
+from .app import Env, json_option, open_journal, pass_env
 from .output import ProgressBars, echo_json, human_size, model_json
+
+if TYPE_CHECKING:
+    from ..journal import Journal
+    from ..maintenance.sync import SyncReport
 
 _refs_option = click.option(
     "--ref",
@@ -26,12 +29,8 @@ _merge_option = click.option(
 
 
 def open_location(location: str, create: bool = False) -> Journal:
-    """A journal on a store path or URL; a missing local store is an error unless ``create``."""
-    if "://" in location:
-        return Journal.open(location)
-    if not create and not is_store(location):
-        raise click.ClickException(f"no cas-journal store at {location}")
-    return Journal(LocalStore(location, create=create))
+    """A journal on a store path or URL; a missing store is an error unless ``create``."""
+    return open_journal(location, create=create)
 
 
 def summary(report: SyncReport) -> str:
@@ -56,6 +55,8 @@ def _run(
     no_merge: bool,
     as_json: bool,
 ) -> None:
+    from ..maintenance.sync import sync
+
     try:
         with ProgressBars() as progress:
             report = sync(
@@ -126,9 +127,16 @@ def pull(
 @click.pass_context
 def clone(ctx: click.Context, source: str, destination: str, as_json: bool) -> None:
     """Create DESTINATION (a new store) holding everything in SOURCE."""
-    if "://" not in destination and is_store(destination):
+    src = open_location(source)
+    try:
+        existing = open_location(destination)
+    except JournalError:
+        existing = None  # no store there yet: the usual case
+    if existing is not None:
+        existing.close()
+        src.close()
         raise click.ClickException(f"{destination} already holds a store; use sync instead")
-    _run(ctx, open_location(source), open_location(destination, create=True), (), False, as_json)
+    _run(ctx, src, open_location(destination, create=True), (), False, as_json)
 
 
 COMMANDS = [sync_command, push, pull, clone]

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..backends import ObjectStore
-from ..journal import Journal
+if TYPE_CHECKING:
+    from ..backends import ObjectStore
+    from ..journal import Journal
 
 MIN_PREFIX = 4
 """The shortest prefix accepted where an object id is typed."""
@@ -20,6 +21,11 @@ else:  # click < 8.4 has no generic ParamType
     _ParamType = click.ParamType
 
 
+def is_prefix(text: str) -> bool:
+    """True if ``text`` has the form of an object id or of a prefix of one."""
+    return MIN_PREFIX <= len(text) <= 64 and _HEX.issuperset(text.lower())
+
+
 class OidPrefix(_ParamType):
     """A full object id or a prefix of at least MIN_PREFIX hex digits (lowercased)."""
 
@@ -28,7 +34,7 @@ class OidPrefix(_ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         """Check the form only; the store resolves the prefix later."""
         text = str(value).strip().lower()
-        if not MIN_PREFIX <= len(text) <= 64 or not _HEX.issuperset(text):
+        if not is_prefix(text):
             self.fail(
                 f"{value!r} is not an object id or a prefix of {MIN_PREFIX} to 64 hex digits",
                 param,

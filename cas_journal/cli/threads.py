@@ -1,20 +1,19 @@
-"""Thread commands: threads, show, log, fork, rm, restore, reflog."""
+"""Thread commands that list and change threads: threads, append, fork, rm, restore, reflog."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import ThreadNotFound
-from ..journal import Entry, ForkPosition, Journal, ThreadMeta
-from ..journal.state import thread_ref
-from ..objects import format_time
+from ..errors import InvalidInputError, ThreadExists, ThreadNotFound
 from .app import Env, json_option, pass_env
 from .output import (
     echo_json,
     echo_lines,
-    entry_line,
+    entry_json,
     first_line,
     human_time,
     model_json,
@@ -22,30 +21,12 @@ from .output import (
     short,
     table,
 )
-from .resolve import OID, resolve_entry
+from .resolve import OID
 
+if TYPE_CHECKING:
+    from ..journal import Journal, Message
 
-def entry_json(entry: Entry) -> dict[str, Any]:
-    """An entry for --json output: every Entry field except ``raw``."""
-    data: dict[str, Any] = entry.model_dump(mode="json", exclude={"raw"})
-    return data
-
-
-def forks_of(journal: Journal, thread_id: str) -> list[ThreadMeta]:
-    """Threads forked from ``thread_id`` (archived ones included), oldest first."""
-    found = [
-        meta
-        for meta in journal.list_threads(include_archived=True)
-        if meta.forked_from_thread_id == thread_id
-    ]
-    found.reverse()
-    return found
-
-
-def branch_heads(entries: list[Entry]) -> list[str]:
-    """Ids of the entries no other entry names as its parent (the branch tips)."""
-    parents = {entry.parent_id for entry in entries}
-    return [entry.id for entry in entries if entry.id not in parents]
+ROLES = ("user", "assistant", "system", "tool")
 
 
 @click.command("threads")
@@ -75,74 +56,101 @@ def threads_command(env: Env, include_archived: bool, limit: int, as_json: bool)
     echo_lines(table(rows, ["THREAD", "CREATED", "UPDATED", "LEAF", "TITLE"]))
 
 
-@click.command()
-@click.argument("thread")
-@json_option
-@pass_env
-def show(env: Env, thread: str, as_json: bool) -> None:
-    """A thread's metadata, leaf and counts."""
-    journal = env.journal()
-    meta = journal.thread(thread)
-    entries = journal.entries(thread)
-    path = journal.path(thread)
-    leaf = path[-1] if path else None
-    forks = forks_of(journal, thread)
-    counts = {
-        "entries": len(entries),
-        "path": len(path),
-        "branches": len(branch_heads(entries)),
-        "forks": len(forks),
-    }
-    if as_json:
-        echo_json(
-            {
-                "thread": model_json(meta),
-                "leaf": entry_json(leaf) if leaf else None,
-                "counts": counts,
-                "forks": [fork.id for fork in forks],
-            }
-        )
-        return
-    forked = "-"
-    if meta.forked_from_thread_id:
-        forked = f"{meta.forked_from_thread_id} at {short(meta.forked_from_entry_id)}"
-    rows = [
-        ["thread", meta.id],
-        ["title", meta.title or "-"],
-        ["status", meta.status or "-"],
-        ["archived", "yes" if meta.archived else "no"],
-        ["created", human_time(meta.created_at)],
-        ["updated", human_time(meta.updated_at)],
-        ["forked from", forked],
-        ["leaf", "  ".join(entry_line(leaf)) if leaf else "-"],
-        ["entries", str(counts["entries"])],
-        ["path", f"{counts['path']} entries from the root to the leaf"],
-        ["branches", str(counts["branches"])],
-        ["forks", ", ".join(fork.id for fork in forks) or "-"],
-    ]
-    echo_lines(table([[name + ":", value] for name, value in rows]))
+def message_from_stdin(role: str | None) -> Message:
+    """A Message from a JSON object on stdin (``role`` fills a missing role)."""
+    from pydantic import ValidationError
+
+    from ..journal import Message
+
+    if sys.stdin.isatty():
+        raise click.UsageError("give the message text as arguments, or a JSON message on stdin")
+    text = sys.stdin.read()
+    if not text.strip():
+        raise click.UsageError("no message: stdin is empty and no text was given")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"stdin is not a JSON message: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidInputError("stdin must hold one JSON object (a message)")
+    if role and not data.get("role"):
+        data["role"] = role
+    try:
+        return Message.model_validate(data)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "message"
+        raise InvalidInputError(f"invalid message: {where}: {problem['msg']}") from None
+
+
+def ensure_thread(journal: Journal, thread_id: str) -> bool:
+    """Create the thread unless it exists; True if this call created it."""
+    from ..journal import ThreadMeta
+
+    try:
+        journal.thread(thread_id)
+        return False
+    except ThreadNotFound:
+        pass
+    try:
+        journal.create_thread(ThreadMeta(id=thread_id))
+    except ThreadExists:
+        return False  # created meanwhile by someone else
+    return True
 
 
 @click.command()
 @click.argument("thread")
-@click.option("--leaf", "leaf", type=OID, help="Show the path to this entry instead.")
+@click.argument("text", nargs=-1)
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    help="Who speaks (default: user; a JSON message's own role wins).",
+)
+@click.option("--turn", "turn_id", default="", help="The turn id the entry belongs to.")
+@click.option("--parent", type=OID, help="Append under this entry (default: the leaf).")
 @json_option
 @pass_env
-def log(env: Env, thread: str, leaf: str | None, as_json: bool) -> None:
-    """The path of a thread, root first: one line per entry."""
+def append(
+    env: Env,
+    thread: str,
+    text: tuple[str, ...],
+    role: str | None,
+    turn_id: str,
+    parent: str | None,
+    as_json: bool,
+) -> None:
+    """Add a message to THREAD, creating the thread if it does not exist.
+
+    The text is the arguments joined by spaces ('cas-journal append t1 --role user
+    hello there'); without text, a JSON message is read from stdin
+    ('{"role": "assistant", "content": "...", "tool_name": "..."}', the fields of
+    cas_journal.Message). The new entry becomes the leaf.
+    """
+    from ..journal import Entry, Message, entry_type_for_message
+
+    if text:
+        message = Message(role=role or "user", content=" ".join(text))
+    else:
+        message = message_from_stdin(role)
     journal = env.journal()
-    leaf_id = resolve_entry(journal, thread, leaf) if leaf else None
-    path = journal.path(thread, leaf_id)
+    created = ensure_thread(journal, thread)
+    parent_id = journal.resolve_entry(thread, parent) if parent else None
+    entry = journal.append(
+        Entry(
+            thread_id=thread,
+            turn_id=turn_id,
+            type=entry_type_for_message(message),
+            message=message,
+        ),
+        parent_id=parent_id,
+    )
     if as_json:
-        echo_json(
-            {
-                "thread": thread,
-                "leaf_id": path[-1].id if path else "",
-                "entries": [entry_json(entry) for entry in path],
-            }
-        )
+        echo_json({"created_thread": created, "entry": entry_json(entry)})
         return
-    echo_lines(table([entry_line(entry) for entry in path]))
+    if created:
+        click.echo(printable(f"created thread {thread}"))
+    click.echo(printable(f"appended {short(entry.id)} ({entry.type.value}) to {thread}"))
 
 
 @click.command()
@@ -153,23 +161,93 @@ def log(env: Env, thread: str, leaf: str | None, as_json: bool) -> None:
 @pass_env
 def fork(env: Env, thread: str, at: str | None, before: str | None, new_id: str | None) -> None:
     """Start a new thread sharing THREAD's history up to an entry (nothing is copied)."""
+    from ..journal import ForkPosition
+
     if at and before:
         raise click.UsageError("--at and --before cannot be used together")
     journal = env.journal()
     position = ForkPosition.BEFORE if before else ForkPosition.AT
     chosen = at or before
-    entry_id = resolve_entry(journal, thread, chosen) if chosen else None
+    entry_id = journal.resolve_entry(thread, chosen) if chosen else None
     meta = journal.fork(thread, entry_id, position, new_thread_id=new_id or None)
     click.echo(printable(f"forked {thread} at {short(meta.leaf_id)} into {meta.id}"))
 
 
+def can_ask() -> bool:
+    """True if a person can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before something that cannot be undone; ``--yes`` answers for scripts.
+
+    Without a terminal to ask on and without ``--yes``, refuse (exit status 1).
+    """
+    if yes:
+        return
+    if not can_ask():
+        raise click.ClickException(f"{question} Refused: no terminal to confirm on (add --yes)")
+    if not click.confirm(question, default=False):
+        raise click.ClickException("aborted; nothing was changed")
+
+
 @click.command()
 @click.argument("thread")
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also erase its reflog and every object only it reached (not restorable).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (with --purge).")
+@json_option
 @pass_env
-def rm(env: Env, thread: str) -> None:
-    """Delete a thread (restorable with 'restore' until gc expires its reflog)."""
-    env.journal().delete_thread(thread)
-    click.echo(printable(f"deleted thread {thread} (undo with 'cas-journal restore {thread}')"))
+def rm(env: Env, thread: str, purge: bool, yes: bool, as_json: bool) -> None:
+    """Delete a thread (restorable with 'restore' until gc expires its reflog).
+
+    With --purge (for content that must go, such as a leaked key) the thread's reflog is
+    erased and gc runs at once without a grace period: every object that no other thread,
+    run or reflog reaches is deleted from the store. Entries that other threads (forks)
+    share stay. A deleted thread can be purged too.
+    """
+    journal = env.journal()
+    if not purge:
+        journal.delete_thread(thread)
+        if as_json:
+            echo_json({"thread": thread, "deleted": True, "purged": False})
+            return
+        click.echo(printable(f"deleted thread {thread} (undo with 'cas-journal restore {thread}')"))
+        return
+    report = purge_thread(journal, thread, yes)
+    if as_json:
+        echo_json({"thread": thread, "deleted": True, "purged": True, "gc": model_json(report)})
+        return
+    click.echo(
+        printable(
+            f"purged thread {thread}: {report.deleted_objects} objects "
+            f"({report.deleted_bytes} bytes) deleted; it cannot be restored"
+        )
+    )
+
+
+def purge_thread(journal: Journal, thread: str, yes: bool) -> Any:
+    """Delete ``thread`` if it exists, erase its reflog, then gc without a grace period."""
+    from ..journal.state import thread_ref
+    from ..maintenance import gc
+
+    name = thread_ref(thread)
+    refs = journal.store.refs
+    exists = refs.read_ref(name) is not None
+    if not exists and not refs.reflog(name):
+        raise ThreadNotFound(f"thread {thread!r} not found and has no reflog")
+    confirm(
+        f"Purge thread {thread!r}: erase its reflog and delete, now, every object nothing "
+        "else reaches (no undo; on S3, nobody may write meanwhile)?",
+        yes,
+    )
+    if exists:
+        journal.delete_thread(thread)
+    refs.rewrite_reflog(name, lambda _entry: False)
+    return gc(journal.store, prune_now=True)
 
 
 @click.command()
@@ -181,38 +259,43 @@ def restore(env: Env, thread: str) -> None:
     click.echo(printable(f"restored thread {meta.id} (leaf {short(meta.leaf_id)})"))
 
 
+def reflog_rows(updates: list[Any]) -> list[str]:
+    """Reflog entries (newest first) as aligned rows: time, reason, old -> new."""
+    return table(
+        [
+            [human_time(u.time), u.reason or "-", f"{short(u.old)} -> {short(u.new)}"]
+            for u in updates
+        ]
+    )
+
+
+def reflog_json(updates: list[Any]) -> list[dict[str, Any]]:
+    """Reflog entries for --json output."""
+    from ..objects import format_time
+
+    return [
+        {"time": format_time(u.time), "reason": u.reason or None, "old": u.old, "new": u.new}
+        for u in updates
+    ]
+
+
 @click.command()
 @click.argument("thread")
 @json_option
 @pass_env
 def reflog(env: Env, thread: str, as_json: bool) -> None:
     """Every update of a thread's ref, newest first (deleted threads too)."""
+    from ..journal.state import thread_ref
+
     name = thread_ref(thread)
     updates = list(reversed(env.journal().store.refs.reflog(name)))
     if not updates:
         raise ThreadNotFound(f"thread {thread!r} has no reflog")
     if as_json:
-        echo_json(
-            {
-                "thread": thread,
-                "ref": name,
-                "entries": [
-                    {
-                        "time": format_time(update.time),
-                        "reason": update.reason,
-                        "old": update.old,
-                        "new": update.new,
-                    }
-                    for update in updates
-                ],
-            }
-        )
+        echo_json({"thread": thread, "ref": name, "entries": reflog_json(updates)})
         return
-    rows = [
-        [human_time(u.time), u.reason or "-", f"{short(u.old)} -> {short(u.new)}"] for u in updates
-    ]
-    echo_lines(table(rows))
+    echo_lines(reflog_rows(updates))
 
 
-COMMANDS = [threads_command, show, log, fork, rm, restore, reflog]
-"""The commands this module adds to the root group."""
+COMMANDS = [threads_command, append, fork, rm, restore, reflog]
+"""The commands this module defines."""

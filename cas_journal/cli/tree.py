@@ -10,13 +10,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..journal import Entry
-from .app import Env, pass_env
-from .output import echo_lines, entry_text, first_line, human_time, printable, short
-from .threads import forks_of
+from .app import Env, json_option, pass_env
+from .output import (
+    echo_json,
+    echo_lines,
+    entry_json,
+    entry_text,
+    first_line,
+    human_time,
+    model_json,
+    printable,
+    short,
+)
+
+if TYPE_CHECKING:
+    from ..journal import Entry, Journal, ThreadMeta
+
+
+def forks_of(journal: Journal, thread_id: str) -> list[ThreadMeta]:
+    """Threads forked from ``thread_id`` (archived ones included), oldest first.
+
+    This lists every thread: only ``tree`` pays for it.
+    """
+    found = [
+        meta
+        for meta in journal.list_threads(include_archived=True)
+        if meta.forked_from_thread_id == thread_id
+    ]
+    found.reverse()
+    return found
 
 
 @dataclass(frozen=True)
@@ -45,7 +71,10 @@ def fork_label(fork: ForkMark) -> str:
     return printable(f"fork {fork.thread_id} (+{fork.added} {plural}, leaf {short(fork.leaf_id)})")
 
 
-_Item = Entry | ForkMark
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    _Item: TypeAlias = Entry | ForkMark
 
 
 def draw_tree(
@@ -64,11 +93,7 @@ def draw_tree(
             children.setdefault(entry.parent_id, []).append(entry)
         else:
             roots.append(entry)
-    on_path: set[str] = set()
-    current = by_id.get(leaf_id)
-    while current is not None and current.id not in on_path:
-        on_path.add(current.id)
-        current = by_id.get(current.parent_id)
+    leaf_path = on_path(entries, leaf_id)
     forks_at: dict[str, list[ForkMark]] = {}
     loose: list[ForkMark] = []
     for fork in forks:
@@ -82,7 +107,7 @@ def draw_tree(
     stack: list[tuple[_Item | None, int]] = []
 
     def push_children(kids: list[Entry], kid_forks: list[ForkMark], column: int) -> None:
-        main: _Item | None = next((kid for kid in kids if kid.id in on_path), None)
+        main: _Item | None = next((kid for kid in kids if kid.id in leaf_path), None)
         if main is None and kids:
             main = kids[0]
         sides: list[_Item] = [kid for kid in kids if kid is not main]
@@ -110,7 +135,7 @@ def draw_tree(
 
     for fork in loose:
         lines.append(f"o {fork_label(fork)}")
-    ordered = sorted(roots, key=lambda root: root.id in on_path)  # the leaf's tree last
+    ordered = sorted(roots, key=lambda root: root.id in leaf_path)  # the leaf's tree last
     for index, root in enumerate(ordered):
         if index:
             lines.append("")
@@ -119,19 +144,63 @@ def draw_tree(
     return lines
 
 
+def fork_marks(journal: Journal, thread: str) -> list[ForkMark]:
+    """The forks of a thread and how many entries each added after its fork point."""
+    from . import access
+
+    marks = []
+    for fork in forks_of(journal, thread):
+        if fork.forked_from_entry_id and fork.leaf_id:
+            start = access.depth(journal, fork.forked_from_entry_id)
+            added = access.depth(journal, fork.leaf_id) - start
+        else:
+            added = access.depth(journal, fork.leaf_id) + 1 if fork.leaf_id else 0
+        marks.append(ForkMark(fork.id, fork.forked_from_entry_id, fork.leaf_id, max(added, 0)))
+    return marks
+
+
+def on_path(entries: list[Entry], leaf_id: str) -> set[str]:
+    """Ids of the entries on the path from the root to ``leaf_id``."""
+    by_id = {entry.id: entry for entry in entries}
+    found: set[str] = set()
+    current = by_id.get(leaf_id)
+    while current is not None and current.id not in found:
+        found.add(current.id)
+        current = by_id.get(current.parent_id)
+    return found
+
+
+def tree_json(meta: ThreadMeta, entries: list[Entry], marks: list[ForkMark]) -> dict[str, Any]:
+    """The --json document of ``tree``."""
+    path = on_path(entries, meta.leaf_id)
+    return {
+        "thread": model_json(meta),
+        "entries": [dict(entry_json(entry), on_path=entry.id in path) for entry in entries],
+        "forks": [
+            {
+                "thread_id": mark.thread_id,
+                "entry_id": mark.entry_id or None,
+                "leaf_id": mark.leaf_id or None,
+                "added": mark.added,
+            }
+            for mark in marks
+        ],
+    }
+
+
 @click.command()
 @click.argument("thread")
+@json_option
 @pass_env
-def tree(env: Env, thread: str) -> None:
+def tree(env: Env, thread: str, as_json: bool) -> None:
     """A thread's branches and the threads forked from it, as a graph."""
     journal = env.journal()
     meta = journal.thread(thread)
     entries = journal.entries(thread)
-    marks = []
-    for fork in forks_of(journal, thread):
-        path = journal.path(fork.id)
-        at = next((i for i, e in enumerate(path) if e.id == fork.forked_from_entry_id), -1)
-        marks.append(ForkMark(fork.id, fork.forked_from_entry_id, fork.leaf_id, len(path) - at - 1))
+    marks = fork_marks(journal, thread)
+    if as_json:
+        echo_json(tree_json(meta, entries, marks))
+        return
     title = f" - {first_line(meta.title, 60)}" if meta.title else ""
     click.echo(printable(f"thread {meta.id}{title}"))
     if not entries and not marks:

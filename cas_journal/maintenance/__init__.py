@@ -3,8 +3,8 @@
 from .checker import fsck
 from .collector import gc
 from .packer import pack
-from .reports import FsckReport, GcReport, PackReport, Problem, Progress, StatsReport
-from .statistics import stats
+from .reports import FsckReport, GcReport, PackReport, Problem, Progress
+from .statistics import StatsReport, stats
 from .sync import SyncReport, sync
 from .transfer import ImportReport, MalformedExport, export_thread, import_jsonl
 

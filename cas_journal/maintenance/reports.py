@@ -57,29 +57,3 @@ class FsckReport(BaseModel):
     reflog_entries_checked: int = 0
     packs_checked: int = 0
     problems: list[Problem] = Field(default_factory=list)
-
-
-class StatsReport(BaseModel):
-    """What a store holds and how much it saves."""
-
-    objects: int = 0
-    objects_by_kind: dict[str, int] = Field(default_factory=dict)
-    threads: int = 0
-    runs: int = 0
-    loose_objects: int = 0
-    loose_bytes: int = 0
-    packs: int = 0
-    packed_bytes: int = 0
-    stored_bytes: int = 0
-    """Bytes the store occupies (loose files, packs and indexes)."""
-    unique_bytes: int = 0
-    """Uncompressed size of every distinct object."""
-    logical_bytes: int = 0
-    """What per-thread and per-checkpoint copies would hold: every thread's entry payloads
-    plus every saved checkpoint's full message list and system prompt."""
-    dedup_ratio: float = 0.0
-    """logical_bytes / unique_bytes."""
-    compression_ratio: float = 0.0
-    """unique_bytes / stored_bytes."""
-    total_ratio: float = 0.0
-    """logical_bytes / stored_bytes."""

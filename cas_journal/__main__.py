@@ -1,0 +1,5 @@
+"""``python -m cas_journal``: the ``cas-journal`` command line."""
+
+from .cli.app import main
+
+main()
