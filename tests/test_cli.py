@@ -1038,7 +1038,7 @@ def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(loaded, mo
 
     monkeypatch.setattr(Journal, "list_threads", boom)
     line = run.fails(1, "threads")
-    assert "unexpected StopIteration" in line and "CAS_JOURNAL_DEBUG" in line
+    assert "internal error StopIteration" in line and "CAS_JOURNAL_DEBUG" in line
 
     def oom(self, *args, **kwargs):
         raise MemoryError

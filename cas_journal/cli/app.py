@@ -158,8 +158,8 @@ def error_line(exc: BaseException) -> str:
         return "input is nested too deeply"
     detail = one_line(str(exc))
     return (
-        f"unexpected {type(exc).__name__}{': ' + detail if detail else ''} "
-        f"(a bug: set {DEBUG_ENV}=1 for the traceback and report it)"
+        f"internal error {type(exc).__name__}{': ' + detail if detail else ''} "
+        f"(a bug in cas-journal: set {DEBUG_ENV}=1 for the traceback and report it)"
     )
 
 
