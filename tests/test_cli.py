@@ -1015,18 +1015,27 @@ def test_python_dash_m_cas_journal_runs_the_command_line(loaded):
     assert [e["id"] for e in json.loads(done.stdout)["entries"]] == [ids[k] for k in "abde"]
 
 
-def test_the_command_line_imports_nothing_heavy_before_a_command_needs_it():
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        (["--help"], ()),
+        (["threads"], ("cas_journal.journal.listing", "cas_journal.journal.refnames")),
+    ],
+)
+def test_the_command_line_imports_nothing_heavy_before_a_command_needs_it(loaded, args, allowed):
+    run, _ = loaded
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from cas_journal.cli import cli\n"
-        "assert CliRunner().invoke(cli, ['--help']).exit_code == 0\n"
+        f"result = CliRunner().invoke(cli, ['--store', {str(run.store)!r}, *{args!r}])\n"
+        "assert result.exit_code == 0, result.output\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'boto3')"
-        " or m.startswith('cas_journal.journal'))\n"
+        " or m.startswith('cas_journal.journal.'))\n"
         "print(heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == str(sorted(allowed))
 
 
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(loaded, monkeypatch):
@@ -1037,17 +1046,17 @@ def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(loaded, mo
         raise StopIteration
 
     monkeypatch.setattr(Journal, "list_threads", boom)
-    line = run.fails(1, "threads")
+    line = run.fails(1, "threads", "--json")
     assert "internal error StopIteration" in line and "CAS_JOURNAL_DEBUG" in line
 
     def oom(self, *args, **kwargs):
         raise MemoryError
 
     monkeypatch.setattr(Journal, "list_threads", oom)
-    assert run.fails(1, "threads") == "Error: out of memory"
+    assert run.fails(1, "threads", "--json") == "Error: out of memory"
     monkeypatch.setenv("CAS_JOURNAL_DEBUG", "1")
     monkeypatch.setattr(Journal, "list_threads", boom)
-    result = run("threads")
+    result = run("threads", "--json")
     assert isinstance(result.exception, StopIteration)
 
 
@@ -1055,3 +1064,38 @@ def test_file_not_found_is_one_line_naming_the_file(loaded):
     run, _ = loaded
     line = run.fails(2, "import", str(run.store / "no-such-file.jsonl"))
     assert "no-such-file.jsonl" in line
+
+
+# -- the documentation stands alone and stays true --------------------------------------------
+
+
+def test_readme_python_example_runs_as_written_twice(tmp_path):
+    text = (ROOT / "README.md").read_text("utf-8")
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block is not None
+    for _ in range(2):  # a second run must not raise ThreadExists
+        done = subprocess.run(
+            [sys.executable, "-c", block.group(1)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        assert "'content': 'go'" in done.stdout and done.stdout.endswith(" 5 entries\n")
+
+
+def test_docs_stand_alone_and_describe_every_command():
+    from cas_journal.cli.app import COMMANDS
+
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text("utf-8")
+        assert "../shared" not in text and "DESIGN.md" not in text, path
+        for target in re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", text):
+            base = ROOT if path.name == "README.md" else path.parent
+            assert (
+                (base / target).is_file() or target == "docs/format.md" or (target == "format.md")
+            ), (path, target)
+    text = DOCS.read_text("utf-8")
+    for name in COMMANDS:
+        assert f"`cas-journal {name}" in text, f"docs/cli.md does not describe {name}"

@@ -28,6 +28,7 @@ from .. import __version__
 from ..errors import InvalidInputError, JournalError
 
 if TYPE_CHECKING:
+    from ..backends import Store
     from ..journal import Journal
 
 DEFAULT_STORE = ".cas-journal"
@@ -230,6 +231,7 @@ class Env:
 
     def __init__(self, location: str) -> None:
         self.location = location
+        self._store: Store | None = None
         self._journal: Journal | None = None
 
     @property
@@ -237,11 +239,19 @@ class Env:
         """True for locations with a scheme (``s3://``)."""
         return "://" in self.location
 
+    def store(self, create: bool = False) -> Store:
+        """The store (without the journal's models); missing is an error unless ``create``."""
+        if self._store is None:
+            self._store = open_location(self.location, create=create)
+            click.get_current_context().call_on_close(self.close)
+        return self._store
+
     def journal(self, create: bool = False) -> Journal:
         """The journal on the store; a missing store is an error unless ``create``."""
         if self._journal is None:
-            self._journal = open_journal(self.location, create=create)
-            click.get_current_context().call_on_close(self.close)
+            from ..journal import Journal
+
+            self._journal = Journal(self.store(create))
         return self._journal
 
     def init_command(self) -> str:
@@ -251,10 +261,11 @@ class Env:
         return f"{PROG_NAME} --store {shlex.quote(self.location)} init"
 
     def close(self) -> None:
-        """Close the journal if it was opened."""
-        if self._journal is not None:
-            journal, self._journal = self._journal, None
-            journal.close()
+        """Close the store if it was opened."""
+        self._journal = None
+        if self._store is not None:
+            store, self._store = self._store, None
+            store.close()
 
 
 def check_location(location: str) -> str:
@@ -271,28 +282,33 @@ def check_location(location: str) -> str:
     return location
 
 
-def open_journal(location: str, create: bool = False) -> Journal:
-    """A journal on the store at a path or URL (``open_store``); a missing store is an
-    error naming the command that creates it, unless ``create``."""
+def open_location(location: str, create: bool = False) -> Store:
+    """The store at a path or URL (``open_store``); a missing store is an error naming
+    the command that creates it, unless ``create``."""
     from ..backends import open_store
     from ..errors import StoreFormatError
-    from ..journal import Journal
 
     check_location(location)
     try:
-        store = open_store(location, create=create)
+        return open_store(location, create=create)
     except StoreFormatError as exc:
-        if not create and "no cas-journal store" in str(exc):
-            init = (
-                f"{PROG_NAME} init"
-                if location == DEFAULT_STORE
-                else f"{PROG_NAME} --store {shlex.quote(location)} init"
-            )
-            raise StoreFormatError(
-                f"no cas-journal store at {location}; create one with '{init}'"
-            ) from exc
-        raise
-    return Journal(store)
+        if create or "no cas-journal store" not in str(exc):
+            raise
+        init = (
+            f"{PROG_NAME} init"
+            if location == DEFAULT_STORE
+            else f"{PROG_NAME} --store {shlex.quote(location)} init"
+        )
+        raise StoreFormatError(
+            f"no cas-journal store at {location}; create one with '{init}'"
+        ) from exc
+
+
+def open_journal(location: str, create: bool = False) -> Journal:
+    """A journal on the store at a path or URL (see ``open_location``)."""
+    from ..journal import Journal
+
+    return Journal(open_location(location, create=create))
 
 
 pass_env = click.make_pass_decorator(Env)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..journal import Checkpoint
 
 CHECKPOINT_PREFIX = "checkpoints/"
+"""The prefix of run refs (``cas_journal.journal.refnames.CHECKPOINT_PREFIX``)."""
 
 
 def checkpoint_json(checkpoint: Checkpoint, with_messages: bool = False) -> dict[str, Any]:
@@ -173,9 +174,9 @@ def rm(env: Env, run: str) -> None:
 
 def run_ref(run: str) -> str:
     """The ref name of a run (validating the id)."""
-    from ..names import validate_id
+    from ..journal.refnames import checkpoint_ref
 
-    return CHECKPOINT_PREFIX + validate_id(run, "run id")
+    return checkpoint_ref(run)
 
 
 def restore_run(store: Store, run: str) -> str:

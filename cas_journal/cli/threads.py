@@ -25,6 +25,7 @@ from .resolve import OID
 
 if TYPE_CHECKING:
     from ..journal import Journal, Message
+    from ..journal.listing import ListedThread
 
 ROLES = ("user", "assistant", "system", "tool")
 
@@ -36,24 +37,44 @@ ROLES = ("user", "assistant", "system", "tool")
 @pass_env
 def threads_command(env: Env, include_archived: bool, limit: int, as_json: bool) -> None:
     """List threads, newest first."""
-    found = env.journal().list_threads(include_archived=include_archived, limit=limit)
     if as_json:
+        found = env.journal().list_threads(include_archived=include_archived, limit=limit)
         echo_json({"threads": [model_json(meta) for meta in found]})
         return
-    if not found:
+    from ..journal.listing import list_thread_states
+
+    rows = [
+        thread_row(listed) for listed in list_thread_states(env.store(), include_archived, limit)
+    ]
+    if not rows:
         click.echo("no threads")
         return
-    rows = [
-        [
-            meta.id,
-            human_time(meta.created_at),
-            human_time(meta.updated_at),
-            short(meta.leaf_id),
-            ("[archived] " if meta.archived else "") + first_line(meta.title, 50),
-        ]
-        for meta in found
-    ]
     echo_lines(table(rows, ["THREAD", "CREATED", "UPDATED", "LEAF", "TITLE"]))
+
+
+def thread_row(listed: ListedThread) -> list[str]:
+    """One row of ``threads``, read from the stored state (no models are built)."""
+    from ..objects import parse_time
+
+    state = listed.state
+    if state is None:
+        return [listed.thread_id, "-", "-", "-", f"[damaged: run fsck] {listed.problem}"]
+    meta = state.meta
+
+    def when(name: str) -> str:
+        try:
+            return human_time(parse_time(str(meta[name])))
+        except (KeyError, ValueError):
+            return "-"
+
+    title = str(meta.get("title", ""))
+    return [
+        listed.thread_id,
+        when("created_at"),
+        when("updated_at"),
+        short(state.leaf),
+        ("[archived] " if listed.archived else "") + first_line(title, 50),
+    ]
 
 
 def message_from_stdin(role: str | None) -> Message:
@@ -231,7 +252,7 @@ def rm(env: Env, thread: str, purge: bool, yes: bool, as_json: bool) -> None:
 
 def purge_thread(journal: Journal, thread: str, yes: bool) -> Any:
     """Delete ``thread`` if it exists, erase its reflog, then gc without a grace period."""
-    from ..journal.state import thread_ref
+    from ..journal.refnames import thread_ref
     from ..maintenance import gc
 
     name = thread_ref(thread)
@@ -285,7 +306,7 @@ def reflog_json(updates: list[Any]) -> list[dict[str, Any]]:
 @pass_env
 def reflog(env: Env, thread: str, as_json: bool) -> None:
     """Every update of a thread's ref, newest first (deleted threads too)."""
-    from ..journal.state import thread_ref
+    from ..journal.refnames import thread_ref
 
     name = thread_ref(thread)
     updates = list(reversed(env.journal().store.refs.reflog(name)))

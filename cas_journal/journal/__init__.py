@@ -1,38 +1,111 @@
 """Layer 3, the journal: threads, entries, forks, leases, context building, checkpoints."""
 
-from .batch import Batch
-from .checkpoints import CheckpointStore
-from .context import build_context, build_context_projection, estimate_tokens
-from .helpers import (
-    append_active_tools,
-    append_compaction,
-    append_failure,
-    append_message,
-    append_turn_marker,
-    entry_type_for_message,
-)
-from .journal import Journal
-from .models import (
-    ArtifactRef,
-    Checkpoint,
-    CompactionResult,
-    ContextProjection,
-    ContextUsage,
-    Entry,
-    EntryType,
-    ForkPosition,
-    Message,
-    ProjectedSegment,
-    ProjectionPurpose,
-    Role,
-    ThreadMeta,
-    ThreadTitleSource,
-    ThreadTitleStatus,
-    ToolResultView,
-    TurnLease,
-    TurnMarkerStatus,
-)
-from .payload import prepare_entry, raw_for_entry, stable_hash
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .batch import (
+        Batch,
+    )
+    from .checkpoints import (
+        CheckpointStore,
+    )
+    from .context import (
+        build_context,
+        build_context_projection,
+        estimate_tokens,
+    )
+    from .helpers import (
+        append_active_tools,
+        append_compaction,
+        append_failure,
+        append_message,
+        append_turn_marker,
+        entry_type_for_message,
+    )
+    from .journal import (
+        Journal,
+    )
+    from .models import (
+        ArtifactRef,
+        Checkpoint,
+        CompactionResult,
+        ContextProjection,
+        ContextUsage,
+        Entry,
+        EntryType,
+        ForkPosition,
+        Message,
+        ProjectedSegment,
+        ProjectionPurpose,
+        Role,
+        ThreadMeta,
+        ThreadTitleSource,
+        ThreadTitleStatus,
+        ToolResultView,
+        TurnLease,
+        TurnMarkerStatus,
+    )
+    from .payload import (
+        prepare_entry,
+        raw_for_entry,
+        stable_hash,
+    )
+
+_LAZY: dict[str, str] = {
+    "Batch": ".batch",
+    "CheckpointStore": ".checkpoints",
+    "build_context": ".context",
+    "build_context_projection": ".context",
+    "estimate_tokens": ".context",
+    "append_active_tools": ".helpers",
+    "append_compaction": ".helpers",
+    "append_failure": ".helpers",
+    "append_message": ".helpers",
+    "append_turn_marker": ".helpers",
+    "entry_type_for_message": ".helpers",
+    "Journal": ".journal",
+    "ArtifactRef": ".models",
+    "Checkpoint": ".models",
+    "CompactionResult": ".models",
+    "ContextProjection": ".models",
+    "ContextUsage": ".models",
+    "Entry": ".models",
+    "EntryType": ".models",
+    "ForkPosition": ".models",
+    "Message": ".models",
+    "ProjectedSegment": ".models",
+    "ProjectionPurpose": ".models",
+    "Role": ".models",
+    "ThreadMeta": ".models",
+    "ThreadTitleSource": ".models",
+    "ThreadTitleStatus": ".models",
+    "ToolResultView": ".models",
+    "TurnLease": ".models",
+    "TurnMarkerStatus": ".models",
+    "prepare_entry": ".payload",
+    "raw_for_entry": ".payload",
+    "stable_hash": ".payload",
+}
+"""Where each public name lives. Names are imported on first use (PEP 562), so that a
+submodule that needs no models (``refnames``, ``listing``) can be imported without
+building the pydantic models."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ArtifactRef",

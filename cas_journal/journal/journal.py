@@ -44,16 +44,15 @@ from .commit import Update, commit, commit_or_report
 from .entries import EntryReader
 from .graph import EntryGraph
 from .leases import LeaseTable
+from .listing import list_thread_states
 from .models import Entry, ForkPosition, ThreadMeta, TurnLease
 from .payload import payload_bytes
 from .state import (
-    INDEX_PREFIX,
     ThreadHead,
     ThreadStates,
     index_key,
     meta_from_state,
     meta_to_state,
-    thread_id_from_index,
     thread_ref,
 )
 
@@ -249,25 +248,17 @@ class Journal:
         self, include_archived: bool, limit: int, start: str | None
     ) -> Iterator[ThreadMeta]:
         found = 0
-        page = max(limit, 50) if limit > 0 else 1000
-        while True:
-            names = self.store.refs.list_refs(INDEX_PREFIX, start_after=start, limit=page)
-            for name in names:
-                try:
-                    meta = self.thread(thread_id_from_index(name))
-                except ThreadNotFound:
-                    continue  # a create or delete is in flight, or was interrupted
-                if meta.created_at is None or index_key(meta.created_at, meta.id) != name:
-                    continue  # left by an interrupted delete of an earlier thread of this id
-                if meta.archived and not include_archived:
-                    continue
-                yield meta
-                found += 1
-                if limit > 0 and found >= limit:
-                    return
-            if len(names) < page:
+        for listed in list_thread_states(self.store, include_archived, 0, start):
+            if listed.state is None:
+                continue  # damaged: fsck reports it; the intact threads are still listed
+            try:
+                meta = meta_from_state(listed.state_oid, listed.state)
+            except CorruptObject:
+                continue
+            yield meta
+            found += 1
+            if limit > 0 and found >= limit:
                 return
-            start = names[-1]
 
     # -- entries -------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +18,6 @@ from pydantic import ValidationError
 from ..backends import IndexUpdate, RefStore, Store
 from ..backends.base import apply_index_update
 from ..errors import CorruptObject, CorruptRef, ThreadNotFound
-from ..names import validate_id
 from ..objects import (
     Kind,
     ThreadStateNode,
@@ -32,30 +30,33 @@ from ..objects import (
 from .cache import BoundedCache
 from .models import ThreadMeta
 from .payload import compact_model
+from .refnames import (
+    CHECKPOINT_PREFIX,
+    INDEX_PREFIX,
+    LEASE_PREFIX,
+    THREAD_PREFIX,
+    index_key,
+    thread_id_from_index,
+    thread_ref,
+)
 
-THREAD_PREFIX = "threads/"
-INDEX_PREFIX = "threadindex/"
-LEASE_PREFIX = "leases/"
-CHECKPOINT_PREFIX = "checkpoints/"
-_INVERT = 10**19 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "INDEX_PREFIX",
+    "LEASE_PREFIX",
+    "THREAD_PREFIX",
+    "ThreadHead",
+    "ThreadStates",
+    "ensure_index",
+    "index_key",
+    "merge_thread_states",
+    "meta_from_state",
+    "meta_to_state",
+    "thread_id_from_index",
+    "thread_ref",
+]
+
 _TIME_FIELDS = ("title_updated_at", "created_at", "updated_at", "last_viewed_at")
-
-
-def thread_ref(thread_id: str) -> str:
-    """The ref name of a thread (validating the id)."""
-    return THREAD_PREFIX + validate_id(thread_id, "thread id")
-
-
-def index_key(created_at: datetime, thread_id: str) -> str:
-    """The listing ref of a thread: newest created_at first, then id ascending."""
-    micros = (created_at - _EPOCH) // timedelta(microseconds=1)
-    return f"{INDEX_PREFIX}{_INVERT - micros:020d}/{thread_id}"
-
-
-def thread_id_from_index(name: str) -> str:
-    """The thread id of a listing ref."""
-    return name[len(INDEX_PREFIX) + 21 :]
 
 
 def meta_to_state(meta: ThreadMeta) -> dict[str, Any]:

@@ -1,0 +1,101 @@
+"""Listing threads newest first from the listing index, without the pydantic models.
+
+``threadindex/<inverted created_at>/<thread id>`` refs order threads newest first, ties
+by id. An index ref is derived data: a listed thread counts only if its thread ref holds
+a state of that thread whose created_at gives the same index ref (a create or delete in
+flight, or one interrupted, leaves a stale index ref that is skipped). A state that
+cannot be read or parsed is reported as damaged instead of ending the listing: damage
+stays local, and fsck names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..backends import Store
+from ..errors import JournalError
+from ..objects import Kind, ThreadStateNode, is_oid, parse_time
+from .refnames import INDEX_PREFIX, THREAD_PREFIX, index_key, thread_id_from_index
+
+
+@dataclass(frozen=True)
+class ListedThread:
+    """One thread as listed: its id, and its current state (None if it is damaged)."""
+
+    thread_id: str
+    state_oid: str
+    state: ThreadStateNode | None
+    problem: str = ""
+    """Why the state could not be read, for a damaged thread."""
+
+    @property
+    def archived(self) -> bool:
+        """True if the thread's metadata says it is archived."""
+        return self.state is not None and self.state.meta.get("archived") is True
+
+
+def _read(store: Store, thread_id: str) -> ListedThread | None:
+    """The thread's current state, None if it has no ref (gone or not yet created)."""
+    name = THREAD_PREFIX + thread_id
+    try:
+        value = store.refs.read_ref(name)
+    except JournalError as exc:
+        return ListedThread(thread_id, "", None, str(exc))
+    if value is None:
+        return None
+    if not is_oid(value):
+        return ListedThread(thread_id, "", None, f"ref {name!r} does not hold an object id")
+    try:
+        kind, body = store.objects.get(value)
+        if kind is not Kind.THREAD:
+            raise JournalError(f"expected a thread state, found a {kind.value}")
+        state = ThreadStateNode.parse(body, value)
+    except JournalError as exc:
+        return ListedThread(thread_id, value, None, str(exc))
+    return ListedThread(thread_id, value, state)
+
+
+def _indexed_by(listed: ListedThread, index_name: str) -> bool:
+    """True if the listed thread's state gives exactly this index ref."""
+    if listed.state is None:
+        return True  # damaged: report it where the index says it is
+    meta = listed.state.meta
+    if meta.get("id") != listed.thread_id:
+        return False
+    try:
+        created = parse_time(str(meta["created_at"]))
+    except (KeyError, ValueError, JournalError):
+        return False
+    return index_key(created, listed.thread_id) == index_name
+
+
+def list_thread_states(
+    store: Store,
+    include_archived: bool = False,
+    limit: int = 0,
+    start_after: str | None = None,
+) -> Iterator[ListedThread]:
+    """Threads newest created_at first, ties by id ascending, at most ``limit`` (0: all).
+
+    ``start_after`` is an index ref name (``index_key``) to continue after. Damaged
+    threads are yielded with ``state`` None and count towards ``limit``.
+    """
+    found = 0
+    page = max(limit, 50) if limit > 0 else 1000
+    start = start_after
+    while True:
+        names = store.refs.list_refs(INDEX_PREFIX, start_after=start, limit=page)
+        for name in names:
+            listed = _read(store, thread_id_from_index(name))
+            if listed is None or not _indexed_by(listed, name):
+                continue
+            if listed.archived and not include_archived:
+                continue
+            yield listed
+            found += 1
+            if limit > 0 and found >= limit:
+                return
+        if len(names) < page:
+            return
+        start = names[-1]
