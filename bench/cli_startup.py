@@ -28,8 +28,8 @@ from typing import Any
 from .measure import machine_info
 
 
-def _run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, cpu seconds) of one whole process."""
+def run_process(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall seconds, cpu seconds, peak RSS in KiB) of one whole process."""
     start = time.perf_counter()
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env
@@ -41,7 +41,13 @@ def _run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise RuntimeError(f"{argv} failed: {error.decode(errors='replace')}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def _run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, cpu seconds) of one whole process."""
+    wall, cpu, _ = run_process(argv, env)
+    return wall, cpu
 
 
 def small_store(path: Path) -> None:

@@ -840,6 +840,12 @@ def test_append_creates_the_thread_says_so_and_takes_json_on_stdin(run):
     assert "thread id" in run.fails(1, "append", "", "x")
 
 
+def test_log_type_column_fits_every_entry_type():
+    from cas_journal.cli.reading import ENTRY_TYPES
+
+    assert set(ENTRY_TYPES) == {kind.value for kind in cj.EntryType}
+
+
 def test_log_last_n_and_full_transcript(loaded):
     run, ids = loaded
     lines = run.ok("log", "main", "-n", "2").stdout.splitlines()

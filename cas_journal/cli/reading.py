@@ -33,6 +33,22 @@ from .transcript import render, transcript
 if TYPE_CHECKING:
     from ..journal import Entry, Journal, ThreadMeta
 
+ENTRY_TYPES = (
+    "thread_info",
+    "turn_marker",
+    "user_message",
+    "assistant_message",
+    "tool_call",
+    "tool_result",
+    "model_change",
+    "active_tools_change",
+    "compaction",
+    "branch_summary",
+    "run_failure",
+    "custom",
+)
+"""Every entry type (``cas_journal.EntryType`` values; a test keeps them equal)."""
+
 
 def plural(count: int, word: str, words: str | None = None) -> str:
     """``1 entry``, ``2 entries``, ``0 entries``."""
@@ -152,19 +168,30 @@ def log(env: Env, thread: str, leaf: str | None, limit: int, full: bool, as_json
         echo_json(
             {"thread": thread, "leaf_id": leaf_id, "entries": [entry_json(e) for e in entries]}
         )
-        return
-    if full:
+    elif full:
         page(transcript(entries))
     else:
-        page(table([entry_line(entry) for entry in entries]) if entries else [])
+        page(log_line(entry) for entry in entries)
 
 
-def _path(journal: Journal, thread: str, leaf: str | None, limit: int) -> list[Entry]:
+TYPE_WIDTH = max(len(kind) for kind in ENTRY_TYPES)
+"""The width of the type column of ``log`` (the longest entry type)."""
+
+
+def log_line(entry: Entry) -> str:
+    """One ``log`` line with fixed-width columns, so lines print as they are read."""
+    short_id, kind, when, text = entry_line(entry)
+    return printable(f"{short_id}  {kind.ljust(TYPE_WIDTH)}  {when}  {text}".rstrip())
+
+
+def _path(journal: Journal, thread: str, leaf: str | None, limit: int) -> Iterator[Entry]:
+    """The path root first: the last ``limit`` entries (read from the leaf backwards), or
+    all of it, one entry at a time."""
     if limit > 0:
         found = list(access.walk_back(journal, thread, leaf, limit))
         found.reverse()
-        return found
-    return list(access.iter_path(journal, thread, leaf))
+        return iter(found)
+    return access.iter_path(journal, thread, leaf)
 
 
 @click.command()
@@ -210,10 +237,7 @@ def _diff_lines(
         yield "no common ancestor: the threads share no entry"
     else:
         position = access.depth(journal, ancestor.id) + 1
-        yield (
-            f"common ancestor (entry {position} of both paths): "
-            + printable("  ".join(entry_line(ancestor)))
-        )
+        yield (f"common ancestor (entry {position} of both paths): " + log_line(ancestor))
     for name, sign, colour, entries in (
         (left, "-", "red", left_entries),
         (right, "+", "green", right_entries),
@@ -230,7 +254,7 @@ def _diff_lines(
                 for line in render(entry):
                     yield paint(f"{sign} {line}", fg=colour)
             else:
-                yield paint(printable(f"{sign} " + "  ".join(entry_line(entry))), fg=colour)
+                yield paint(f"{sign} {log_line(entry)}", fg=colour)
 
 
 COMMANDS = [show, log, diff]
