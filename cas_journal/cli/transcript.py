@@ -75,8 +75,9 @@ def speaker(entry: Entry) -> str:
     if message is None:
         return entry.type.value
     role = message.role or "message"
-    if entry.type == "tool_call" and message.tool_name:
-        return f"{role} -> {message.tool_name}"
+    calls = [call.name for call in message.tool_calls() if call.name]
+    if calls:
+        return f"{role} -> {', '.join(calls)}"
     if role == "tool" and message.tool_name:
         return f"tool {message.tool_name}"
     return role
