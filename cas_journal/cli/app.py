@@ -341,18 +341,26 @@ def cli(ctx: click.Context, location: str) -> None:
     ctx.obj = Env(location)
 
 
+def store_exists(location: str) -> bool:
+    """True if a store exists at ``location`` (opened without creating, then closed)."""
+    from ..errors import StoreFormatError
+
+    try:
+        store = open_location(location, create=False)
+    except StoreFormatError as exc:
+        if "no cas-journal store" in str(exc):
+            return False
+        raise
+    store.close()
+    return True
+
+
 @cli.command()
 @pass_env
 def init(env: Env) -> None:
     """Create the store (a no-op if it exists)."""
-    if env.is_remote:
-        env.journal(create=True)
-        click.echo(f"store ready at {env.location}")
-        return
-    from ..backends.local import is_store
-
-    existed = is_store(env.location)
-    env.journal(create=True)
+    existed = store_exists(env.location)
+    env.store(create=True)
     verb = "store already exists at" if existed else "created store at"
     click.echo(f"{verb} {env.location}")
 
