@@ -1,0 +1,538 @@
+"""Import transcript files into a journal: one thread per session, shared entries stored once.
+
+``import_transcripts(journal, paths, format)`` reads every session file it is given (or
+finds under a directory), maps each onto entries with the format module, and writes
+them. Everything is read, checked and built before anything is written, so a bad file
+anywhere (a malformed line, a cycle of parent links, a line over the size limit) changes
+nothing and raises a TranscriptError naming the file and the line. Objects are stored
+first and each thread ref is created once, over all its entries: no thread is ever seen
+half-imported.
+
+Entries are content-addressed, so a record that several sessions carry (a resumed
+session repeating its prefix, a fork copying its source's history) is stored once when
+its entry is the same. Two mechanisms make it the same:
+
+* *placeholders*: keys that a copy changes (Claude Code's ``sessionId``) are stored per
+  session in the manifest, not in the entry;
+* *fork matching*: a session forked from another (Codex's ``forked_from_id``) shares the
+  source's entries for every copied record that matches the source's path; values the
+  copy rewrote (its timestamp) are kept in the fork's manifest.
+
+Importing the same files again changes nothing (``threads_unchanged``); a thread that
+exists with other content is refused (ThreadExists) before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
+from ..journal import Journal, ThreadMeta
+from ..journal.payload import payload_bytes
+from ..objects import EntryNode, Kind, object_id, parse_time
+from .manifest import (
+    MANIFEST_KEY,
+    MANIFEST_VERSION,
+    PLACEHOLDERS_KEY,
+    RECORD_KEY,
+    TEXT_KEY,
+    to_runs,
+)
+from .plan import (
+    EPOCH,
+    PlannedRecord,
+    SessionPlan,
+    TranscriptFormat,
+    custom_entry,
+    thread_id_for,
+)
+from .source import SourceFile, TranscriptError, compact_json, read_source
+
+WRITE_CHUNK = 2048
+"""Objects stored per ``put_many`` call."""
+
+Progress = Callable[[str, int, int | None], None]
+"""Called as ``progress(label, done, total)`` during long work; total may be None."""
+
+
+class TranscriptImportReport(BaseModel):
+    """What ``import_transcripts`` did."""
+
+    format: str
+    files: int = 0
+    """Session files read."""
+    records: int = 0
+    """Records (non-blank lines) read."""
+    threads_created: list[str] = Field(default_factory=list)
+    threads_unchanged: list[str] = Field(default_factory=list)
+    """Threads that already held every record of their session."""
+    skipped: list[str] = Field(default_factory=list)
+    """Files without a single record (empty), left out."""
+    records_shared: int = 0
+    """Records whose entry another session of the import, or the store, already had."""
+    objects_written: int = 0
+    """Objects the store did not hold before."""
+    source_bytes: int = 0
+    """Size of the files read."""
+    stored_bytes: int = 0
+    """Compressed size of the objects written (before any later ``pack``)."""
+    saved_bytes: int = 0
+    """``source_bytes - stored_bytes``."""
+
+
+@dataclass
+class _Built:
+    """One session, turned into objects and a thread to create."""
+
+    plan: SessionPlan
+    meta: ThreadMeta
+    heads: list[str]
+    tips: list[str]
+    path: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    """The thread's path: (entry id, stored record or None), for forks of this session."""
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def discover(fmt: TranscriptFormat, paths: Sequence[str | Path]) -> list[tuple[Path, str]]:
+    """(file, relative path) of every session file named or found under a directory."""
+    found: list[tuple[Path, str]] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for file in fmt.find_sessions(path):
+                if _is_regular(file):
+                    found.append((file, file.relative_to(path).as_posix()))
+        elif path.exists():
+            if not _is_regular(path):
+                raise TranscriptError(str(path), None, "not a regular file")
+            found.append((path, path.name))
+        else:
+            raise TranscriptError(str(path), None, "no such file or directory")
+    return found
+
+
+def _record_pairs(plan: SessionPlan) -> dict[str, PlannedRecord]:
+    by_key: dict[str, PlannedRecord] = {}
+    for record in plan.records:
+        if record.key in by_key:
+            first = plan.source.lines[by_key[record.key].index].number
+            raise plan.error(record.index, f"id {record.key!r} already used on line {first}")
+        by_key[record.key] = record
+    return by_key
+
+
+def _same_but(a: dict[str, Any], b: dict[str, Any], ignore: Iterable[str]) -> bool:
+    """True if two records have the same keys in the same order and equal values except
+    for ``ignore`` (compared as JSON text: ``1``, ``1.0`` and ``true`` differ)."""
+    if list(a) != list(b):
+        return False
+    skip = set(ignore)
+    left = {k: v for k, v in a.items() if k not in skip}
+    right = {k: v for k, v in b.items() if k not in skip}
+    return compact_json(left) == compact_json(right)
+
+
+class _Importer:
+    """Builds every session's objects in memory, then writes them."""
+
+    def __init__(self, journal: Journal, fmt: TranscriptFormat, progress: Progress | None) -> None:
+        self.journal = journal
+        self.fmt = fmt
+        self.progress = progress
+        self.pending: dict[str, EntryNode] = {}
+        self.objects: dict[str, tuple[Kind, bytes]] = {}
+        self.built: dict[str, _Built] = {}
+        self.report = TranscriptImportReport(format=fmt.name)
+        self.max_body = journal.store.objects.codec.max_object_size
+
+    # -- planning -------------------------------------------------------------------------
+
+    def plan_all(self, files: list[tuple[Path, str]]) -> list[SessionPlan]:
+        plans: list[SessionPlan] = []
+        seen: dict[str, SourceFile] = {}
+        for number, (path, relative) in enumerate(files, start=1):
+            source = read_source(path, relative)
+            self.report.files += 1
+            self.report.source_bytes += source.size
+            if not source.lines:
+                self.report.skipped.append(str(path))
+                continue
+            self.report.records += len(source.lines)
+            plan = self.fmt.plan(source)
+            if plan.thread_id in seen:
+                raise source.error(
+                    None, f"session {plan.session_key!r} is also in {seen[plan.thread_id].path}"
+                )
+            seen[plan.thread_id] = source
+            plans.append(plan)
+            if self.progress is not None:
+                self.progress("reading", number, len(files))
+        return _dependency_order(plans)
+
+    # -- building -------------------------------------------------------------------------
+
+    def _source_path(self, thread_id: str) -> list[tuple[str, dict[str, Any] | None]]:
+        built = self.built.get(thread_id)
+        if built is not None:
+            return built.path
+        try:
+            entries = self.journal.path(thread_id)
+        except ThreadNotFound:
+            return []
+        path: list[tuple[str, dict[str, Any] | None]] = []
+        for entry in entries:
+            stored = entry.metadata.get(RECORD_KEY)
+            record = json.loads(stored) if stored is not None else None
+            path.append((entry.id, record if isinstance(record, dict) else None))
+        return path
+
+    def _match_fork(
+        self,
+        plan: SessionPlan,
+        resolved: dict[str, str],
+        overrides: list[tuple[int, str, Any]],
+    ) -> tuple[str, str] | None:
+        """Share the records a fork copied from its source; return (thread, entry) forked."""
+        assert plan.fork_of is not None
+        source_thread = thread_id_for(plan.format, plan.fork_of)
+        path = self._source_path(source_thread)
+        if not path:
+            return None
+        copies = [r for r in plan.records if r.index != plan.fork_header]
+        matched = 0
+        for record, (oid, stored) in zip(copies, path, strict=False):
+            line = plan.source.lines[record.index]
+            if stored is None or not line.exact:
+                break
+            if not _same_but(line.record, stored, plan.fork_ignore + plan.placeholders):
+                break
+            resolved[record.key] = oid
+            for key in plan.fork_ignore:
+                if key in stored and compact_json(stored[key]) != compact_json(line.record[key]):
+                    overrides.append((record.index, key, line.record[key]))
+            matched += 1
+        if matched == 0:
+            return None
+        last_shared = copies[matched - 1].key
+        if plan.fork_header is not None:
+            header = next(r for r in plan.records if r.index == plan.fork_header)
+            header.parent = last_shared
+            if matched < len(copies) and copies[matched].parent == last_shared:
+                copies[matched].parent = header.key
+        return source_thread, resolved[last_shared]
+
+    def _order(
+        self, plan: SessionPlan, by_key: dict[str, PlannedRecord], resolved: set[str]
+    ) -> list[PlannedRecord]:
+        """Records to build, every parent before its children; TranscriptError on a cycle."""
+        done: set[str] = set(resolved)
+        order: list[PlannedRecord] = []
+        for record in plan.records:
+            chain: list[PlannedRecord] = []
+            on_chain: set[str] = set()
+            current: PlannedRecord | None = record
+            while current is not None and current.key not in done:
+                if current.key in on_chain:
+                    raise plan.error(current.index, "parent links form a cycle")
+                chain.append(current)
+                on_chain.add(current.key)
+                parent = current.parent
+                current = by_key.get(parent) if parent is not None else None
+            for item in reversed(chain):
+                done.add(item.key)
+                order.append(item)
+        return order
+
+    def _payload(
+        self, plan: SessionPlan, record: PlannedRecord, stored_values: dict[int, dict[str, Any]]
+    ) -> bytes:
+        line = plan.source.lines[record.index]
+        metadata = dict(record.entry.metadata)
+        if line.exact:
+            keys = [key for key in plan.placeholders if key in line.record]
+            if keys:
+                copy = dict(line.record)
+                for key in keys:
+                    stored_values.setdefault(record.index, {})[key] = copy[key]
+                    copy[key] = None
+                metadata[RECORD_KEY] = compact_json(copy)
+                metadata[PLACEHOLDERS_KEY] = ",".join(keys)
+            else:
+                metadata[RECORD_KEY] = line.text
+        else:
+            metadata[TEXT_KEY] = line.text
+        entry = record.entry.model_copy(update={"metadata": metadata})
+        try:
+            body = payload_bytes(entry)
+        except InvalidInputError:  # a lone surrogate in the text taken from the record
+            message = entry.message
+            if message is None:
+                raise plan.error(record.index, "record is not valid Unicode") from None
+            clean = {
+                name: value.encode("utf-8", "replace").decode("utf-8")
+                for name, value in message.model_dump().items()
+                if isinstance(value, str)
+            }
+            entry = entry.model_copy(update={"message": message.model_copy(update=clean)})
+            body = payload_bytes(entry)
+        if len(body) > self.max_body:
+            raise plan.error(
+                record.index, f"record too large to store ({len(body)} bytes with its message)"
+            )
+        return body
+
+    def build(self, plan: SessionPlan) -> None:
+        by_key = _record_pairs(plan)
+        resolved: dict[str, str] = {}
+        overrides: list[tuple[int, str, Any]] = []
+        forked = self._match_fork(plan, resolved, overrides) if plan.fork_of else None
+        oids: dict[str, str] = dict(resolved)
+        placeholder_values: dict[int, dict[str, Any]] = {}
+        for record in self._order(plan, by_key, set(resolved)):
+            if record.refs:
+                update = {name: oids.get(key, "") for name, key in record.refs.items()}
+                record.entry = record.entry.model_copy(update=update)
+            body = self._payload(plan, record, placeholder_values)
+            payload_oid = object_id(Kind.BLOB, body)
+            parent = oids.get(record.parent) if record.parent is not None else None
+            node = self.journal.new_entry_node(
+                payload_oid, parent, record.created_at, record.entry.turn_id, self.pending
+            )
+            node_body = node.body()
+            oid = object_id(Kind.ENTRY, node_body)
+            if oid in self.pending:
+                self.report.records_shared += 1
+            self.pending[oid] = node
+            self.objects.setdefault(payload_oid, (Kind.BLOB, body))
+            self.objects.setdefault(oid, (Kind.ENTRY, node_body))
+            oids[record.key] = oid
+        self.report.records_shared += len(resolved)
+
+        line_oids = {record.index: oids[record.key] for record in plan.records}
+        members = set(line_oids.values())
+        nodes = {oid: self._node(oid) for oid in members}
+        parents = {node.parent for node in nodes.values()}
+        tips = sorted(members - parents)
+        canonical = sorted(members, key=lambda oid: (nodes[oid].created_at, nodes[oid].depth, oid))
+        position = {oid: i for i, oid in enumerate(canonical)}
+        headers = set(plan.headers)
+        manifest: dict[str, Any] = {
+            "format": plan.format,
+            "version": MANIFEST_VERSION,
+            "session": plan.session_key,
+            "path": plan.source.relative,
+            "records": len(plan.source.lines),
+            "tips": tips,
+            "order": to_runs(
+                position[line_oids[i]] for i in range(len(plan.source.lines)) if i not in headers
+            ),
+        }
+        if headers:
+            manifest["headers"] = [[i, plan.source.lines[i].text] for i in sorted(headers)]
+        defaults, exceptions = _placeholder_defaults(placeholder_values)
+        if defaults:
+            manifest["defaults"] = defaults
+        overrides += exceptions
+        if overrides:
+            manifest["overrides"] = _group_overrides(overrides)
+        source = plan.source
+        if source.bom:
+            manifest["bom"] = True
+        if source.eol != "\n":
+            manifest["eol"] = source.eol
+        if not source.final_newline:
+            manifest["final_newline"] = False
+        if source.blank:
+            manifest["blank"] = [list(item) for item in source.blank]
+
+        leaf = oids.get(plan.leaf) if plan.leaf is not None else None
+        times = sorted(nodes[oid].created_at for oid in members)
+        last = max(times) if times else None
+        manifest_entry = custom_entry().model_copy(
+            update={"metadata": {MANIFEST_KEY: compact_json(manifest)}}
+        )
+        body = payload_bytes(manifest_entry)
+        payload_oid = object_id(Kind.BLOB, body)
+        created = plan.created_at or (parse_time(times[0]) if times else EPOCH)
+        manifest_time = parse_time(last) if last else created
+        node = self.journal.new_entry_node(payload_oid, leaf, manifest_time, "", self.pending)
+        node_body = node.body()
+        manifest_oid = object_id(Kind.ENTRY, node_body)
+        self.pending[manifest_oid] = node
+        self.objects.setdefault(payload_oid, (Kind.BLOB, body))
+        self.objects.setdefault(manifest_oid, (Kind.ENTRY, node_body))
+
+        meta = ThreadMeta(
+            id=plan.thread_id,
+            leaf_id=leaf or "",
+            title=plan.title,
+            created_at=created,
+            updated_at=parse_time(last) if last else created,
+        )
+        if plan.parent_session is not None:
+            meta.parent_thread_id = thread_id_for(plan.format, plan.parent_session)
+        if forked is not None:
+            meta.parent_thread_id = meta.parent_thread_id or forked[0]
+            meta.forked_from_thread_id, meta.forked_from_entry_id = forked
+        heads = sorted((set(tips) - {leaf}) | {manifest_oid})
+        built = _Built(plan, meta, heads, tips)
+        built.path = self._path_of(leaf)
+        self.built[plan.thread_id] = built
+
+    def _node(self, oid: str) -> EntryNode:
+        node = self.pending.get(oid)
+        return node if node is not None else self.journal.graph.node(oid)
+
+    def _path_of(self, leaf: str | None) -> list[tuple[str, dict[str, Any] | None]]:
+        """(entry id, stored record) from the root to ``leaf``, for sessions forked later."""
+        path: list[tuple[str, dict[str, Any] | None]] = []
+        current = leaf
+        while current is not None:
+            node = self._node(current)
+            kind_body = self.objects.get(node.payload)
+            body = kind_body[1] if kind_body else self.journal.store.objects.get(node.payload)[1]
+            stored = json.loads(body).get("metadata", {}).get(RECORD_KEY)
+            record: dict[str, Any] | None = None
+            if isinstance(stored, str):
+                parsed = json.loads(stored)
+                record = parsed if isinstance(parsed, dict) else None
+            path.append((current, record))
+            current = node.parent
+        path.reverse()
+        return path
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _holds(self, built: _Built) -> bool:
+        """True if the thread exists with every record; ThreadExists if it exists without."""
+        thread_id = built.meta.id
+        try:
+            self.journal.thread(thread_id)
+        except ThreadNotFound:
+            return False
+        for tip in built.tips:
+            try:
+                self.journal.entry(thread_id, tip)
+            except EntryNotFound:
+                raise ThreadExists(
+                    f"thread {thread_id!r} already exists with other records "
+                    f"(from {built.plan.source.path}); delete it to import this file again"
+                ) from None
+        return True
+
+    def write(self) -> None:
+        todo = [built for built in self.built.values() if not self._holds(built)]
+        for built in self.built.values():
+            if built not in todo:
+                self.report.threads_unchanged.append(built.meta.id)
+        if not todo:
+            return
+        store = self.journal.store.objects
+        codec = store.codec
+        with store.write_guard():
+            missing = store.freshen(list(self.objects))
+            writes = [
+                (oid, kind, body) for oid, (kind, body) in self.objects.items() if oid in missing
+            ]
+            for start in range(0, len(writes), WRITE_CHUNK):
+                chunk = writes[start : start + WRITE_CHUNK]
+                store.put_many([(kind, body) for _, kind, body in chunk])
+                self.report.stored_bytes += sum(
+                    len(codec.compress(kind, body)) for _, kind, body in chunk
+                )
+                if self.progress is not None:
+                    self.progress("writing", start + len(chunk), len(writes))
+            self.report.objects_written = len(writes)
+            for built in todo:
+                try:
+                    self.journal.create_thread_with_heads(built.meta, built.heads)
+                except ThreadExists:
+                    if not self._holds(built):
+                        raise
+                    self.report.threads_unchanged.append(built.meta.id)
+                    continue
+                self.report.threads_created.append(built.meta.id)
+        for oid, node in self.pending.items():
+            self.journal.graph.remember(oid, node)
+
+
+def _placeholder_defaults(
+    values: dict[int, dict[str, Any]],
+) -> tuple[dict[str, Any], list[tuple[int, str, Any]]]:
+    """Each placeholder key's most common value, and the positions that differ from it."""
+    by_key: dict[str, list[tuple[int, Any]]] = {}
+    for index, items in values.items():
+        for key, value in items.items():
+            by_key.setdefault(key, []).append((index, value))
+    defaults: dict[str, Any] = {}
+    exceptions: list[tuple[int, str, Any]] = []
+    for key, pairs in by_key.items():
+        counts = Counter(compact_json(value) for _, value in pairs)
+        common = counts.most_common(1)[0][0]
+        defaults[key] = json.loads(common)
+        exceptions += [(i, key, v) for i, v in pairs if compact_json(v) != common]
+    return defaults, exceptions
+
+
+def _group_overrides(overrides: list[tuple[int, str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, key, value in overrides:
+        groups.setdefault((key, compact_json(value)), []).append(index)
+    return [
+        {"key": key, "value": json.loads(value), "at": to_runs(sorted(indexes))}
+        for (key, value), indexes in groups.items()
+    ]
+
+
+def _dependency_order(plans: list[SessionPlan]) -> list[SessionPlan]:
+    """Sessions ordered so that a fork's source and a subagent's session come first."""
+    by_key = {plan.session_key: plan for plan in plans}
+    done: set[str] = set()
+    order: list[SessionPlan] = []
+    for plan in plans:
+        chain: list[SessionPlan] = []
+        current: SessionPlan | None = plan
+        while current is not None and current.session_key not in done:
+            if current in chain:
+                raise current.source.error(None, "sessions fork from each other in a cycle")
+            chain.append(current)
+            nxt = current.fork_of or current.parent_session
+            current = by_key.get(nxt) if nxt is not None else None
+        for item in reversed(chain):
+            done.add(item.session_key)
+            order.append(item)
+    return order
+
+
+def import_transcripts(
+    journal: Journal,
+    paths: Sequence[str | Path],
+    fmt: TranscriptFormat,
+    progress: Progress | None = None,
+) -> TranscriptImportReport:
+    """Import session files (or directories of them) of one format; see the module doc."""
+    importer = _Importer(journal, fmt, progress)
+    plans = importer.plan_all(discover(fmt, paths))
+    for number, plan in enumerate(plans, start=1):
+        importer.build(plan)
+        if progress is not None:
+            progress("building", number, len(plans))
+    importer.write()
+    report = importer.report
+    report.saved_bytes = report.source_bytes - report.stored_bytes
+    return report
