@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -353,4 +354,19 @@ def test_a_valid_line_from_another_thread_cannot_smuggle_entries():
     header["entries"] += 1
     lines = [json.dumps(header), stray_line, *lines[1:]]
     with pytest.raises(MalformedExport, match="no head reaches"):
+        import_jsonl(cj.Journal.memory(), lines)
+
+
+def test_a_byte_order_mark_at_the_start_is_skipped(source, target):
+    """Some editors save JSONL with a UTF-8 BOM; it is not part of the first line's JSON."""
+    data = "".join(export_thread(source, "t1")).encode("ascii")
+    report = import_jsonl(target, io.BytesIO(b"\xef\xbb\xbf" + data))
+    assert report.threads_created == ["t1"]
+    assert [e.id for e in target.entries("t1")] == [e.id for e in source.entries("t1")]
+    text_lines = ("\ufeff" + data.decode()).splitlines(keepends=True)
+    assert import_jsonl(cj.Journal.memory(), text_lines).threads_created == ["t1"]
+    # only at the start: a BOM before a later line is still an error naming that line
+    lines = data.splitlines(keepends=True)
+    lines[1] = b"\xef\xbb\xbf" + lines[1]
+    with pytest.raises(MalformedExport, match="line 2: not valid JSON"):
         import_jsonl(cj.Journal.memory(), lines)

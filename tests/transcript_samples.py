@@ -17,7 +17,44 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-WORDS = ["parser", "token", "stream", "buffer", "cache", "index", "journal", "thread", "entry", "branch", "fork", "compaction", "summary", "test", "failure", "fix", "refactor", "module", "import", "function", "class", "return", "value", "error", "handler", "retry", "timeout", "config", "path", "file", "line", "column", "offset", "width", "height", "render"]
+WORDS = [
+    "parser",
+    "token",
+    "stream",
+    "buffer",
+    "cache",
+    "index",
+    "journal",
+    "thread",
+    "entry",
+    "branch",
+    "fork",
+    "compaction",
+    "summary",
+    "test",
+    "failure",
+    "fix",
+    "refactor",
+    "module",
+    "import",
+    "function",
+    "class",
+    "return",
+    "value",
+    "error",
+    "handler",
+    "retry",
+    "timeout",
+    "config",
+    "path",
+    "file",
+    "line",
+    "column",
+    "offset",
+    "width",
+    "height",
+    "render",
+]
 FILES = [f"src/pkg/{name}.py" for name in ("parser", "lexer", "cache", "cli", "store", "util")]
 
 

@@ -13,7 +13,8 @@ import rebuilds the very same objects (depth and skip pointer are recomputed fro
 parents) and checks that each rebuilt entry has the id the line names. A file may hold
 several sections (exports concatenated). Import reads and checks the whole file before it
 writes anything, then stores the objects, then creates the thread refs: a malformed file
-changes nothing, and a thread becomes visible only with all its entries. Importing a
+changes nothing, and a thread becomes visible only with all its entries. A UTF-8 byte
+order mark at the start of the file (some editors add one) is skipped. Importing a
 thread that already exists with every exported entry changes nothing (idempotent); one
 that exists without them is refused (ThreadExists). The checked objects are held in
 memory until they are written, so an import needs memory in proportion to the file.
@@ -38,6 +39,8 @@ EXPORT_FORMAT = "cas-journal-export"
 """The ``format`` field of every section header."""
 EXPORT_VERSION = 1
 """The export format version this module writes and reads."""
+BOM = "\ufeff"
+"""A UTF-8 byte order mark, skipped at the start of an import file."""
 WRITE_CHUNK = 2048
 """Objects stored per ``put_many`` call during an import."""
 
@@ -316,7 +319,10 @@ def _parse(journal: Journal, lines: Iterable[str | bytes], progress: Progress | 
     """Read and check every line; nothing is written. MalformedExport on the first problem."""
     parser = _Parser(journal)
     for number, line in enumerate(lines, start=1):
-        text = _text(number, line).strip()
+        text = _text(number, line)
+        if number == 1 and text.startswith(BOM):  # written by some editors; not JSON
+            text = text[len(BOM) :]
+        text = text.strip()
         if text:
             parser.feed(number, text)
         if progress is not None and number % 256 == 0:

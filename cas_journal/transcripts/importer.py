@@ -157,6 +157,8 @@ class _Importer:
         self.pending: dict[str, EntryNode] = {}
         self.objects: dict[str, tuple[Kind, bytes]] = {}
         self.built: dict[str, _Built] = {}
+        self.owners: dict[str, str] = {}
+        """Entry id -> the thread of the session that first built it (or holds it)."""
         self.report = TranscriptImportReport(format=fmt.name)
         self.max_body = journal.store.objects.codec.max_object_size
 
@@ -317,6 +319,7 @@ class _Importer:
             oid = object_id(Kind.ENTRY, node_body)
             if oid in self.pending:
                 self.report.records_shared += 1
+            self.owners.setdefault(oid, plan.thread_id)
             self.pending[oid] = node
             self.objects.setdefault(payload_oid, (Kind.BLOB, body))
             self.objects.setdefault(oid, (Kind.ENTRY, node_body))
@@ -386,6 +389,8 @@ class _Importer:
         )
         if plan.parent_session is not None:
             meta.parent_thread_id = thread_id_for(plan.format, plan.parent_session)
+        if forked is None:
+            forked = self._shared_prefix(plan.thread_id, leaf)
         if forked is not None:
             meta.parent_thread_id = meta.parent_thread_id or forked[0]
             meta.forked_from_thread_id, meta.forked_from_entry_id = forked
@@ -393,6 +398,17 @@ class _Importer:
         built = _Built(plan, meta, heads, tips)
         built.path = self._path_of(leaf)
         self.built[plan.thread_id] = built
+
+    def _shared_prefix(self, thread_id: str, leaf: str | None) -> tuple[str, str] | None:
+        """(thread, entry) if the leaf's path runs into entries another session of this
+        import built first: this session was resumed or forked from that one."""
+        current = leaf
+        while current is not None:
+            owner = self.owners.get(current, thread_id)
+            if owner != thread_id:
+                return owner, current
+            current = self._node(current).parent
+        return None
 
     def _node(self, oid: str) -> EntryNode:
         node = self.pending.get(oid)
