@@ -526,3 +526,117 @@ def test_cli_errors_are_one_line(tmp_path):
     result = runner.invoke(cli, ["--store", store, "export", "--format", "pi"])
     assert result.exit_code == 2 and "--out" in result.stderr
     assert set(FORMATS) == {"claude-code", "codex", "pi"}
+
+
+@settings(max_examples=40)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.sampled_from(["message", "compaction", "branch_summary", "label", "x-new"]),
+            st.integers(0, 8),  # id (0: none, a version 1 entry)
+            st.integers(0, 8),  # parentId (0: null)
+            st.integers(0, 8),  # firstKeptEntryId / targetId
+            st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=2),
+        ),
+        max_size=10,
+    ),
+    fork=st.booleans(),
+)
+def test_any_pi_session_round_trips_or_fails_cleanly(entries, fork):
+    import tempfile
+
+    header = {"type": "session", "version": 3, "id": "s", "timestamp": "2025-01-01T00:00:00Z"}
+    if fork:
+        header["parentSession"] = "/x/2025_p.jsonl"
+    lines = [dump(header)]
+    for kind, own, parent, ref, extra in entries:
+        record: dict = {"type": kind}
+        if own:
+            record.update(id=f"e{own}", parentId=f"e{parent}" if parent else None)
+        if kind == "message":
+            record["message"] = {"role": "assistant", "content": [{"type": "toolCall", **extra}]}
+        elif kind == "compaction":
+            record.update(summary=str(extra), firstKeptEntryId=f"e{ref}", tokensBefore=ref)
+        elif kind == "label":
+            record.update(targetId=f"e{ref}", label=str(extra)[:5])
+        record.update({k: v for k, v in extra.items() if k not in record})
+        lines.append(dump(record))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.jsonl"
+        path.write_bytes("".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass"))
+        j = cj.Journal.memory()
+        try:
+            import_transcripts(j, [path], "pi")
+        except TranscriptError as exc:
+            assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+            assert object_count(j) == 0
+            return
+        assert session_file(j, "pi/s").data == path.read_bytes()
+        for entry in j.path("pi/s"):
+            if entry.first_kept_entry_id:  # always an entry of the thread
+                assert j.entry("pi/s", entry.first_kept_entry_id)
+
+
+@settings(max_examples=40)
+@given(
+    items=st.lists(st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3), max_size=8),
+    copied=st.integers(0, 9),
+    retimed=st.booleans(),
+    tail=st.lists(st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=2), max_size=3),
+)
+def test_any_codex_fork_round_trips_and_shares_what_it_copied(items, copied, retimed, tail):
+    import tempfile
+
+    def line(kind: str, payload: dict, second: int) -> dict:
+        return {
+            "timestamp": f"2025-01-01T00:00:{second:02d}.000Z",
+            "type": kind,
+            "payload": payload,
+        }
+
+    source = [line("session_meta", {"id": "src"}, 0)]
+    source += [line("response_item", item, i + 1) for i, item in enumerate(items)]
+    fork = [line("session_meta", {"id": "fork", "forked_from_id": "src"}, 30)]
+    for record in source[:copied]:
+        fork.append({**record, "timestamp": "2025-01-01T00:00:31.000Z"} if retimed else record)
+    fork += [line("event_msg", item, 40) for item in tail]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write = root / "a-src.jsonl", root / "b-fork.jsonl"
+        for path, rows in zip(write, (source, fork), strict=True):
+            path.write_bytes("".join(dump(r) + "\n" for r in rows).encode("utf-8", "surrogatepass"))
+        j = cj.Journal.memory()
+        try:
+            import_transcripts(j, [root], "codex")
+        except TranscriptError as exc:
+            assert "\n" not in str(exc) and object_count(j) == 0
+            return
+        for path, thread in zip(write, ("codex/src", "codex/fork"), strict=True):
+            assert session_file(j, thread).data == path.read_bytes()
+        shared = min(copied, len(source))
+        meta = j.thread("codex/fork")
+        if shared:
+            assert meta.forked_from_entry_id == j.path("codex/src")[shared - 1].id
+        else:
+            assert meta.forked_from_thread_id == ""
+
+
+@pytest.mark.parametrize("fork_spacing", ["same", "compact"])
+def test_forks_of_lines_not_written_compactly(tmp_path, fork_spacing):
+    """A copied line shares its source's entry only if export can write it back exactly."""
+    meta = {"timestamp": "2025-01-01T00:00:00.000Z", "type": "session_meta", "payload": {"id": "a"}}
+    item = {"timestamp": "2025-01-01T00:00:01.000Z", "type": "response_item", "payload": {"x": 1}}
+    source = [json.dumps(meta), json.dumps(item)]  # Python's spacing, not the agents'
+    own = {
+        "timestamp": "2025-01-01T00:01:00.000Z",
+        "type": "session_meta",
+        "payload": {"id": "b", "forked_from_id": "a"},
+    }
+    copies = source if fork_spacing == "same" else [dump(meta), dump(item)]
+    (tmp_path / "a.jsonl").write_text("\n".join(source) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join([dump(own), *copies]) + "\n")
+    j = cj.Journal.memory()
+    import_transcripts(j, [tmp_path], "codex")
+    for name, thread in (("a", "codex/a"), ("b", "codex/b")):
+        assert session_file(j, thread).data == (tmp_path / f"{name}.jsonl").read_bytes()
+    assert bool(j.thread("codex/b").forked_from_entry_id) == (fork_spacing == "same")

@@ -89,6 +89,21 @@ class TranscriptImportReport(BaseModel):
     """``source_bytes - stored_bytes``."""
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """The record an entry stores, as fork matching needs it."""
+
+    record: dict[str, Any]
+    text: str
+    """The stored text (``transcript.record``)."""
+    placeholders: bool
+    """True if the text has placeholder keys set to null (export always re-encodes)."""
+
+
+PathItem = tuple[str, _Stored | None]
+"""(entry id, its stored record, None if kept verbatim) along a thread's path."""
+
+
 @dataclass
 class _Built:
     """One session, turned into objects and a thread to create."""
@@ -97,7 +112,7 @@ class _Built:
     meta: ThreadMeta
     heads: list[str]
     tips: list[str]
-    path: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    path: list[PathItem] = field(default_factory=list)
     """The thread's path: (entry id, stored record or None), for forks of this session."""
 
 
@@ -157,6 +172,8 @@ class _Importer:
         self.pending: dict[str, EntryNode] = {}
         self.objects: dict[str, tuple[Kind, bytes]] = {}
         self.built: dict[str, _Built] = {}
+        self.records: dict[str, _Stored | None] = {}
+        """Entry id -> the record it stores (None: kept verbatim), for fork matching."""
         self.owners: dict[str, str] = {}
         """Entry id -> the thread of the session that first built it (or holds it)."""
         self.report = TranscriptImportReport(format=fmt.name)
@@ -188,7 +205,7 @@ class _Importer:
 
     # -- building -------------------------------------------------------------------------
 
-    def _source_path(self, thread_id: str) -> list[tuple[str, dict[str, Any] | None]]:
+    def _source_path(self, thread_id: str) -> list[PathItem]:
         built = self.built.get(thread_id)
         if built is not None:
             return built.path
@@ -196,12 +213,7 @@ class _Importer:
             entries = self.journal.path(thread_id)
         except ThreadNotFound:
             return []
-        path: list[tuple[str, dict[str, Any] | None]] = []
-        for entry in entries:
-            stored = entry.metadata.get(RECORD_KEY)
-            record = json.loads(stored) if stored is not None else None
-            path.append((entry.id, record if isinstance(record, dict) else None))
-        return path
+        return [(entry.id, _stored_of(entry.metadata)) for entry in entries]
 
     def _match_fork(
         self,
@@ -219,14 +231,23 @@ class _Importer:
         matched = 0
         for record, (oid, stored) in zip(copies, path, strict=False):
             line = plan.source.lines[record.index]
-            if stored is None or not line.exact:
+            if stored is None:
                 break
-            if not _same_but(line.record, stored, plan.fork_ignore + plan.placeholders):
+            changed = [
+                key
+                for key in plan.fork_ignore
+                if key in stored.record
+                and key in line.record
+                and compact_json(stored.record[key]) != compact_json(line.record[key])
+            ]
+            if changed or stored.placeholders:  # export re-encodes: the line must be compact
+                ignore = plan.fork_ignore + plan.placeholders
+                if not line.exact or not _same_but(line.record, stored.record, ignore):
+                    break
+            elif line.text != stored.text:  # export writes the stored text as it is
                 break
             resolved[record.key] = oid
-            for key in plan.fork_ignore:
-                if key in stored and compact_json(stored[key]) != compact_json(line.record[key]):
-                    overrides.append((record.index, key, line.record[key]))
+            overrides += [(record.index, key, line.record[key]) for key in changed]
             matched += 1
         if matched == 0:
             return None
@@ -262,22 +283,22 @@ class _Importer:
 
     def _payload(
         self, plan: SessionPlan, record: PlannedRecord, stored_values: dict[int, dict[str, Any]]
-    ) -> bytes:
+    ) -> tuple[bytes, dict[str, str]]:
+        """The entry's payload and the metadata it carries."""
         line = plan.source.lines[record.index]
         metadata = dict(record.entry.metadata)
-        if line.exact:
-            keys = [key for key in plan.placeholders if key in line.record]
-            if keys:
-                copy = dict(line.record)
-                for key in keys:
-                    stored_values.setdefault(record.index, {})[key] = copy[key]
-                    copy[key] = None
-                metadata[RECORD_KEY] = compact_json(copy)
-                metadata[PLACEHOLDERS_KEY] = ",".join(keys)
-            else:
-                metadata[RECORD_KEY] = line.text
-        else:
+        keys = [key for key in plan.placeholders if key in line.record]
+        if keys and line.exact:
+            copy = dict(line.record)
+            for key in keys:
+                stored_values.setdefault(record.index, {})[key] = copy[key]
+                copy[key] = None
+            metadata[RECORD_KEY] = compact_json(copy)
+            metadata[PLACEHOLDERS_KEY] = ",".join(keys)
+        elif keys:  # not compact JSON: written back verbatim, never with other values
             metadata[TEXT_KEY] = line.text
+        else:
+            metadata[RECORD_KEY] = line.text
         entry = record.entry.model_copy(update={"metadata": metadata})
         try:
             body = payload_bytes(entry)
@@ -296,7 +317,7 @@ class _Importer:
             raise plan.error(
                 record.index, f"record too large to store ({len(body)} bytes with its message)"
             )
-        return body
+        return body, metadata
 
     def build(self, plan: SessionPlan) -> None:
         by_key = _record_pairs(plan)
@@ -309,7 +330,7 @@ class _Importer:
             if record.refs:
                 update = {name: oids.get(key, "") for name, key in record.refs.items()}
                 record.entry = record.entry.model_copy(update=update)
-            body = self._payload(plan, record, placeholder_values)
+            body, metadata = self._payload(plan, record, placeholder_values)
             payload_oid = object_id(Kind.BLOB, body)
             parent = oids.get(record.parent) if record.parent is not None else None
             node = self.journal.new_entry_node(
@@ -320,6 +341,9 @@ class _Importer:
             if oid in self.pending:
                 self.report.records_shared += 1
             self.owners.setdefault(oid, plan.thread_id)
+            line = plan.source.lines[record.index]
+            if oid not in self.records:
+                self.records[oid] = _stored_of(metadata, line.record)
             self.pending[oid] = node
             self.objects.setdefault(payload_oid, (Kind.BLOB, body))
             self.objects.setdefault(oid, (Kind.ENTRY, node_body))
@@ -414,20 +438,16 @@ class _Importer:
         node = self.pending.get(oid)
         return node if node is not None else self.journal.graph.node(oid)
 
-    def _path_of(self, leaf: str | None) -> list[tuple[str, dict[str, Any] | None]]:
+    def _path_of(self, leaf: str | None) -> list[PathItem]:
         """(entry id, stored record) from the root to ``leaf``, for sessions forked later."""
-        path: list[tuple[str, dict[str, Any] | None]] = []
+        path: list[PathItem] = []
         current = leaf
         while current is not None:
             node = self._node(current)
-            kind_body = self.objects.get(node.payload)
-            body = kind_body[1] if kind_body else self.journal.store.objects.get(node.payload)[1]
-            stored = json.loads(body).get("metadata", {}).get(RECORD_KEY)
-            record: dict[str, Any] | None = None
-            if isinstance(stored, str):
-                parsed = json.loads(stored)
-                record = parsed if isinstance(parsed, dict) else None
-            path.append((current, record))
+            if current not in self.records:  # shared with a thread already in the store
+                body = self.journal.store.objects.get(node.payload)[1]
+                self.records[current] = _stored_of(json.loads(body).get("metadata", {}))
+            path.append((current, self.records[current]))
             current = node.parent
         path.reverse()
         return path
@@ -485,6 +505,22 @@ class _Importer:
                 self.report.threads_created.append(built.meta.id)
         for oid, node in self.pending.items():
             self.journal.graph.remember(oid, node)
+
+
+def _stored_of(metadata: Any, record: dict[str, Any] | None = None) -> _Stored | None:
+    """The stored record of an entry's metadata (``record``: already parsed), or None."""
+    text = metadata.get(RECORD_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(text, str):
+        return None
+    if record is None:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        record = parsed
+    return _Stored(record, text, PLACEHOLDERS_KEY in metadata)
 
 
 def _placeholder_defaults(

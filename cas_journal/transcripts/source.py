@@ -7,8 +7,9 @@ end-of-line style, whether the last line ends with one, and where blank lines si
 
 A record whose compact re-encoding (``json.dumps`` with ``ensure_ascii=False`` and no
 spaces, the way JavaScript's ``JSON.stringify`` writes) equals its line is *exact*:
-export rebuilds the line from the record. Any other line (extra spaces, escapes,
-duplicate keys, numbers written unusually) keeps its verbatim text.
+export can rebuild the line from the record with some values replaced. Any other line
+(extra spaces, escapes, duplicate keys, numbers written unusually) is only ever written
+back verbatim.
 
 Every problem raises ``TranscriptError`` naming the file and the line: not UTF-8, not
 JSON, not an object, a line or file over the limit, a truncated last line.
@@ -60,8 +61,18 @@ class SourceLine:
     """The parsed JSON object (key order as in the file)."""
     text: str
     """The line as written, without its end of line."""
-    exact: bool
-    """True if ``compact_json(record) == text`` (export can rebuild the line)."""
+    _exact: bool | None = field(default=None, repr=False)
+
+    @property
+    def exact(self) -> bool:
+        """True if ``compact_json(record) == text``: export can rebuild the line from the
+        record (needed only where a stored value is replaced; computed on first use)."""
+        if self._exact is None:
+            try:
+                self._exact = compact_json(self.record) == self.text
+            except (ValueError, RecursionError):
+                self._exact = False
+        return self._exact
 
 
 @dataclass
@@ -140,11 +151,7 @@ def parse_source(data: BinaryIO, path: Path, relative: str, size: int) -> Source
             raise source.error(number, f"not valid JSON: {reason}{hint}") from None
         if not isinstance(record, dict):
             raise source.error(number, f"not a JSON object (a {type(record).__name__})")
-        try:
-            exact = compact_json(record) == text
-        except (ValueError, RecursionError):
-            exact = False
-        source.lines.append(SourceLine(number, record, text, exact))
+        source.lines.append(SourceLine(number, record, text))
     return source
 
 
