@@ -38,7 +38,7 @@ from cas_journal.maintenance import pack
 from cas_journal.transcripts import export_transcripts, import_transcripts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from transcript_samples import GENERATORS  # noqa: E402
+from transcript_samples import GENERATORS
 
 MACHINE = "2-core VM"
 
