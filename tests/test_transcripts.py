@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transcript_samples import GENERATORS, dump
+from transcript_samples import GENERATORS, dump, write_jsonl
 
 import cas_journal as cj
 from cas_journal.cli import cli
@@ -640,3 +640,83 @@ def test_forks_of_lines_not_written_compactly(tmp_path, fork_spacing):
     for name, thread in (("a", "codex/a"), ("b", "codex/b")):
         assert session_file(j, thread).data == (tmp_path / f"{name}.jsonl").read_bytes()
     assert bool(j.thread("codex/b").forked_from_entry_id) == (fork_spacing == "same")
+
+
+@pytest.mark.parametrize("fmt", ALL)
+def test_reimporting_a_grown_session_adds_what_is_new(tmp_path, fmt):
+    """Agents append to their session files: importing again adds the new records."""
+    _root, paths = project(tmp_path, fmt, sessions=1)
+    main = paths[0]
+    full = main.read_bytes()
+    lines = full.splitlines(keepends=True)
+    main.write_bytes(b"".join(lines[: len(lines) // 3]))
+    j = cj.Journal.memory()
+    (thread,) = import_transcripts(j, [main], fmt).threads_created
+    old = {e.id for e in j.entries(thread)}
+    main.write_bytes(full)
+    report = import_transcripts(j, [main], fmt)
+    assert report.threads_updated == [thread] and report.threads_created == []
+    assert session_file(j, thread).data == full
+    assert old <= {e.id for e in j.entries(thread)}  # nothing rewritten, only added
+    fresh = cj.Journal.memory()
+    import_transcripts(fresh, [main], fmt)
+    assert [e.id for e in j.path(thread)] == [e.id for e in fresh.path(thread)]
+    assert j.thread(thread).title == fresh.thread(thread).title
+    again = import_transcripts(j, [main], fmt)
+    assert again.threads_unchanged == [thread] and again.objects_written == 0
+
+
+def test_records_nested_as_deep_as_json_allows(tmp_path):
+    deep = {"type": "x"}
+    for _ in range(900):
+        deep = {"content": deep}
+    meta = {"timestamp": "2025-01-01T00:00:00.000Z", "type": "session_meta", "payload": {"id": "d"}}
+    item = {
+        "timestamp": "2025-01-01T00:00:01.000Z",
+        "type": "response_item",
+        "payload": {"type": "function_call_output", "call_id": "c", "output": deep},
+    }
+    path = tmp_path / "d.jsonl"
+    path.write_text(dump(meta) + "\n" + dump(item) + "\n")
+    j = cj.Journal.memory()
+    try:
+        import_transcripts(j, [path], "codex")
+    except TranscriptError as exc:
+        assert str(exc).startswith(str(path))
+        return
+    assert session_file(j, "codex/d").data == path.read_bytes()
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one-import", "one-by-one"])
+def test_a_fork_of_a_fork_shares_with_both(tmp_path, together):
+    """Codex: C forks B, which forked A; C's copy starts with B's own session_meta."""
+    rng = random.Random(3)
+    from transcript_samples import Clock, CodexRollout
+
+    clock = Clock()
+    a = CodexRollout(rng, "a", clock)
+    a.turn()
+    b = CodexRollout(rng, "b", clock, forked_from="a")
+    b.fork_from(a, len(a.records))
+    b.turn()
+    c = CodexRollout(rng, "c", clock, forked_from="b")
+    c.fork_from(b, len(b.records))
+    c.turn()
+    paths = [
+        write_jsonl(tmp_path / f"{r.records[0]['payload']['id']}.jsonl", r.records)
+        for r in (a, b, c)
+    ]
+    j = cj.Journal.memory()
+    if together:
+        import_transcripts(j, [tmp_path], "codex")
+    else:
+        for path in paths:
+            import_transcripts(j, [path], "codex")
+    ids = {
+        name: {e.id for e in j.entries(f"codex/{name}") if MANIFEST_KEY not in e.metadata}
+        for name in "abc"
+    }
+    assert ids["a"] < ids["c"] and len(ids["b"] & ids["c"]) > len(ids["a"])
+    assert j.thread("codex/c").forked_from_thread_id == "codex/b"
+    for path, name in zip(paths, "abc", strict=True):
+        assert session_file(j, f"codex/{name}").data == path.read_bytes()

@@ -121,6 +121,8 @@ def import_command(env: Env, paths: tuple[str, ...], format_name: str, as_json: 
             return
         for thread_id in report.threads_created:
             click.echo(f"imported thread {thread_id}")
+        for thread_id in report.threads_updated:
+            click.echo(f"updated thread {thread_id} (records added since the last import)")
         for thread_id in report.threads_unchanged:
             click.echo(f"unchanged thread {thread_id} (already holds every record)")
         saved = report.saved_bytes / report.source_bytes if report.source_bytes else 0.0

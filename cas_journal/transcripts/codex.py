@@ -49,10 +49,10 @@ OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def _output_text(output: Any) -> str:
+    while isinstance(output, dict):
+        output = output.get("content")
     if isinstance(output, str):
         return output
-    if isinstance(output, dict):
-        return _output_text(output.get("content"))
     return text_of(output)
 
 

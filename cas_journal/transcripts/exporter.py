@@ -122,11 +122,25 @@ def _line(entry: Entry, values: dict[str, Any], thread_id: str) -> str:
     return compact_json(record)
 
 
-def session_file(journal: Journal, thread_id: str) -> SessionFile:
-    """The bytes of the file a thread was imported from (see the module doc)."""
-    entries = journal.entries(thread_id)
-    by_id = {entry.id: entry for entry in entries}
-    manifest = _manifest(thread_id, entries)
+@dataclass
+class SessionRecords:
+    """A session's records in file order, as its thread holds them."""
+
+    manifest: dict[str, Any]
+    entries: list[Entry | None]
+    """The entry of each record, in file order (None: a record kept in the manifest)."""
+    lines: list[str]
+    """Each record's line as the file had it."""
+
+
+def session_records(journal: Journal, thread_id: str) -> SessionRecords:
+    """The records of the session a thread was imported from, in file order.
+
+    InvalidInputError if the thread holds no session, CorruptObject if its manifest does
+    not match its entries."""
+    all_entries = journal.entries(thread_id)
+    by_id = {entry.id: entry for entry in all_entries}
+    manifest = _manifest(thread_id, all_entries)
     count = manifest.get("records")
     tips = manifest.get("tips")
     if not isinstance(count, int) or count < 0 or not isinstance(tips, list):
@@ -144,6 +158,8 @@ def session_file(journal: Journal, thread_id: str) -> SessionFile:
         members,
         key=lambda oid: (format_time(by_id[oid].created_at or EPOCH), depth[oid], oid),
     )
+    entries: list[Entry | None] = []
+    lines: list[str] = []
     try:
         headers = {int(pos): str(text) for pos, text in manifest.get("headers", [])}
         defaults = dict(manifest.get("defaults", {}))
@@ -152,26 +168,37 @@ def session_file(journal: Journal, thread_id: str) -> SessionFile:
             for pos in from_runs(group["at"], count):
                 overrides.setdefault(pos, {})[str(group["key"])] = group["value"]
         order: Iterator[int] = from_runs(manifest.get("order", []), count)
-        lines: list[str] = []
         for pos in range(count):
             if pos in headers:
+                entries.append(None)
                 lines.append(headers[pos])
                 continue
             entry = by_id[canonical[next(order)]]
             keys = [k for k in entry.metadata.get(PLACEHOLDERS_KEY, "").split(",") if k]
             values = {key: defaults.get(key) for key in keys}
             values.update(overrides.get(pos, {}))
+            entries.append(entry)
             lines.append(_line(entry, values, thread_id))
-        blank = [(int(number), str(text)) for number, text in manifest.get("blank", [])]
     except (StopIteration, IndexError, KeyError, TypeError, ValueError) as exc:
         raise _bad(
             thread_id, f"does not match the thread's entries ({type(exc).__name__})"
         ) from None
+    return SessionRecords(manifest, entries, lines)
+
+
+def session_file(journal: Journal, thread_id: str) -> SessionFile:
+    """The bytes of the file a thread was imported from (see the module doc)."""
+    session = session_records(journal, thread_id)
+    manifest = session.manifest
+    try:
+        blank = [(int(number), str(text)) for number, text in manifest.get("blank", [])]
+    except (TypeError, ValueError):
+        raise _bad(thread_id, "has malformed blank lines") from None
     physical: list[str] = []
     blank.sort()
     queue = iter(blank)
     pending = next(queue, None)
-    for text in lines:
+    for text in session.lines:
         while pending is not None and pending[0] == len(physical) + 1:
             physical.append(pending[1])
             pending = next(queue, None)
@@ -191,7 +218,7 @@ def session_file(journal: Journal, thread_id: str) -> SessionFile:
     return SessionFile(
         format=str(manifest.get("format")),
         path=_safe_path(thread_id, manifest.get("path")),
-        records=count,
+        records=len(session.lines),
         data=out,
     )
 

@@ -18,8 +18,10 @@ its entry is the same. Two mechanisms make it the same:
   source's entries for every copied record that matches the source's path; values the
   copy rewrote (its timestamp) are kept in the fork's manifest.
 
-Importing the same files again changes nothing (``threads_unchanged``); a thread that
-exists with other content is refused (ThreadExists) before anything is written.
+Importing the same files again changes nothing (``threads_unchanged``). A session the
+agent has appended to since its import gets the new records added to its thread
+(``threads_updated``); a thread that exists with other content is refused
+(ThreadExists) before anything is written.
 """
 
 from __future__ import annotations
@@ -30,15 +32,17 @@ import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..errors import EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
-from ..journal import Journal, ThreadMeta
+from ..errors import InvalidInputError, JournalError, ThreadExists, ThreadNotFound
+from ..journal import Entry, Journal, ThreadMeta
 from ..journal.payload import payload_bytes
 from ..objects import EntryNode, Kind, object_id, parse_time
+from .exporter import session_records
 from .manifest import (
     MANIFEST_KEY,
     MANIFEST_VERSION,
@@ -75,6 +79,8 @@ class TranscriptImportReport(BaseModel):
     threads_created: list[str] = Field(default_factory=list)
     threads_unchanged: list[str] = Field(default_factory=list)
     """Threads that already held every record of their session."""
+    threads_updated: list[str] = Field(default_factory=list)
+    """Threads that held an earlier copy of their session and got the records added since."""
     skipped: list[str] = Field(default_factory=list)
     """Files without a single record (empty), left out."""
     records_shared: int = 0
@@ -100,8 +106,10 @@ class _Stored:
     """True if the text has placeholder keys set to null (export always re-encodes)."""
 
 
+Made = tuple[str, Entry, str | None, datetime]
+"""(entry id, entry, parent id, created_at) of an entry an import built."""
 PathItem = tuple[str, _Stored | None]
-"""(entry id, its stored record, None if kept verbatim) along a thread's path."""
+"""(entry id, its stored record, None if kept verbatim)."""
 
 
 @dataclass
@@ -112,8 +120,12 @@ class _Built:
     meta: ThreadMeta
     heads: list[str]
     tips: list[str]
-    path: list[PathItem] = field(default_factory=list)
-    """The thread's path: (entry id, stored record or None), for forks of this session."""
+    lines: list[PathItem] = field(default_factory=list)
+    """(entry id, stored record) of the session's records in file order (the records kept
+    in the manifest left out): what a fork of this session copied."""
+    made: list[Made] = field(default_factory=list)
+    """(entry id, entry, parent id, created_at) of every entry this session built, parents
+    first, its manifest last: what an update appends to a thread holding an older copy."""
 
 
 def _is_regular(path: Path) -> bool:
@@ -192,7 +204,10 @@ class _Importer:
                 self.report.skipped.append(str(path))
                 continue
             self.report.records += len(source.lines)
-            plan = self.fmt.plan(source)
+            try:
+                plan = self.fmt.plan(source)
+            except RecursionError:
+                raise source.error(None, "records nested too deeply") from None
             if plan.thread_id in seen:
                 raise source.error(
                     None, f"session {plan.session_key!r} is also in {seen[plan.thread_id].path}"
@@ -205,15 +220,16 @@ class _Importer:
 
     # -- building -------------------------------------------------------------------------
 
-    def _source_path(self, thread_id: str) -> list[PathItem]:
+    def _source_lines(self, thread_id: str) -> list[PathItem]:
+        """A source session's records in file order, from this import or from the store."""
         built = self.built.get(thread_id)
         if built is not None:
-            return built.path
+            return built.lines
         try:
-            entries = self.journal.path(thread_id)
-        except ThreadNotFound:
+            session = session_records(self.journal, thread_id)
+        except JournalError:  # absent, not an imported session, or damaged: nothing shared
             return []
-        return [(entry.id, _stored_of(entry.metadata)) for entry in entries]
+        return [(e.id, _stored_of(e.metadata)) for e in session.entries if e is not None]
 
     def _match_fork(
         self,
@@ -224,7 +240,7 @@ class _Importer:
         """Share the records a fork copied from its source; return (thread, entry) forked."""
         assert plan.fork_of is not None
         source_thread = thread_id_for(plan.format, plan.fork_of)
-        path = self._source_path(source_thread)
+        path = self._source_lines(source_thread)
         if not path:
             return None
         copies = [r for r in plan.records if r.index != plan.fork_header]
@@ -247,6 +263,7 @@ class _Importer:
             elif line.text != stored.text:  # export writes the stored text as it is
                 break
             resolved[record.key] = oid
+            self.records.setdefault(oid, stored)
             overrides += [(record.index, key, line.record[key]) for key in changed]
             matched += 1
         if matched == 0:
@@ -283,8 +300,8 @@ class _Importer:
 
     def _payload(
         self, plan: SessionPlan, record: PlannedRecord, stored_values: dict[int, dict[str, Any]]
-    ) -> tuple[bytes, dict[str, str]]:
-        """The entry's payload and the metadata it carries."""
+    ) -> tuple[bytes, Entry]:
+        """The entry's payload and the entry (with the metadata it carries)."""
         line = plan.source.lines[record.index]
         metadata = dict(record.entry.metadata)
         keys = [key for key in plan.placeholders if key in line.record]
@@ -317,7 +334,7 @@ class _Importer:
             raise plan.error(
                 record.index, f"record too large to store ({len(body)} bytes with its message)"
             )
-        return body, metadata
+        return body, entry
 
     def build(self, plan: SessionPlan) -> None:
         by_key = _record_pairs(plan)
@@ -326,11 +343,12 @@ class _Importer:
         forked = self._match_fork(plan, resolved, overrides) if plan.fork_of else None
         oids: dict[str, str] = dict(resolved)
         placeholder_values: dict[int, dict[str, Any]] = {}
+        made: list[Made] = []
         for record in self._order(plan, by_key, set(resolved)):
             if record.refs:
                 update = {name: oids.get(key, "") for name, key in record.refs.items()}
                 record.entry = record.entry.model_copy(update=update)
-            body, metadata = self._payload(plan, record, placeholder_values)
+            body, entry = self._payload(plan, record, placeholder_values)
             payload_oid = object_id(Kind.BLOB, body)
             parent = oids.get(record.parent) if record.parent is not None else None
             node = self.journal.new_entry_node(
@@ -343,11 +361,12 @@ class _Importer:
             self.owners.setdefault(oid, plan.thread_id)
             line = plan.source.lines[record.index]
             if oid not in self.records:
-                self.records[oid] = _stored_of(metadata, line.record)
+                self.records[oid] = _stored_of(entry.metadata, line.record)
             self.pending[oid] = node
             self.objects.setdefault(payload_oid, (Kind.BLOB, body))
             self.objects.setdefault(oid, (Kind.ENTRY, node_body))
             oids[record.key] = oid
+            made.append((oid, entry, parent, record.created_at))
         self.report.records_shared += len(resolved)
 
         line_oids = {record.index: oids[record.key] for record in plan.records}
@@ -401,6 +420,7 @@ class _Importer:
         node_body = node.body()
         manifest_oid = object_id(Kind.ENTRY, node_body)
         self.pending[manifest_oid] = node
+        made.append((manifest_oid, manifest_entry, leaf, manifest_time))
         self.objects.setdefault(payload_oid, (Kind.BLOB, body))
         self.objects.setdefault(manifest_oid, (Kind.ENTRY, node_body))
 
@@ -419,8 +439,12 @@ class _Importer:
             meta.parent_thread_id = meta.parent_thread_id or forked[0]
             meta.forked_from_thread_id, meta.forked_from_entry_id = forked
         heads = sorted((set(tips) - {leaf}) | {manifest_oid})
-        built = _Built(plan, meta, heads, tips)
-        built.path = self._path_of(leaf)
+        built = _Built(plan, meta, heads, tips, made=made)
+        built.lines = [
+            (line_oids[i], self.records.get(line_oids[i]))
+            for i in range(len(plan.source.lines))
+            if i not in headers
+        ]
         self.built[plan.thread_id] = built
 
     def _shared_prefix(self, thread_id: str, leaf: str | None) -> tuple[str, str] | None:
@@ -438,45 +462,79 @@ class _Importer:
         node = self.pending.get(oid)
         return node if node is not None else self.journal.graph.node(oid)
 
-    def _path_of(self, leaf: str | None) -> list[PathItem]:
-        """(entry id, stored record) from the root to ``leaf``, for sessions forked later."""
-        path: list[PathItem] = []
-        current = leaf
-        while current is not None:
-            node = self._node(current)
-            if current not in self.records:  # shared with a thread already in the store
-                body = self.journal.store.objects.get(node.payload)[1]
-                self.records[current] = _stored_of(json.loads(body).get("metadata", {}))
-            path.append((current, self.records[current]))
-            current = node.parent
-        path.reverse()
-        return path
-
     # -- writing --------------------------------------------------------------------------
 
-    def _holds(self, built: _Built) -> bool:
-        """True if the thread exists with every record; ThreadExists if it exists without."""
+    def _existing(self, built: _Built) -> tuple[str, list[Made]]:
+        """How the session's thread stands: ``("absent", [])``, ``("same", [])`` (it holds
+        every record), or ``("grown", entries to append)`` when it holds an earlier copy
+        of the session (the agent has written more since). ThreadExists otherwise."""
         thread_id = built.meta.id
         try:
-            self.journal.thread(thread_id)
+            held = {entry.id for entry in self.journal.entries(thread_id)}
         except ThreadNotFound:
-            return False
-        for tip in built.tips:
-            try:
-                self.journal.entry(thread_id, tip)
-            except EntryNotFound:
-                raise ThreadExists(
-                    f"thread {thread_id!r} already exists with other records "
-                    f"(from {built.plan.source.path}); delete it to import this file again"
-                ) from None
-        return True
+            return "absent", []
+        if all(tip in held for tip in built.tips):
+            return "same", []
+        made = {oid for oid, *_ in built.made}
+        members = made | set(self._members(built))
+        stale = held - members
+        todo = [item for item in built.made if item[0] not in held]
+        appendable = all(
+            parent is not None and (parent in held or parent in made) for _, _, parent, _ in todo
+        )
+        old_manifests = all(
+            MANIFEST_KEY in self.journal.entry(thread_id, oid).metadata for oid in stale
+        )
+        if not (appendable and old_manifests and members - held <= made):
+            raise ThreadExists(
+                f"thread {thread_id!r} already exists with other records "
+                f"(from {built.plan.source.path}); delete it to import this file again"
+            )
+        return "grown", todo
+
+    def _members(self, built: _Built) -> list[str]:
+        members: list[str] = []
+        stack = list(built.tips)
+        seen: set[str] = set()
+        while stack:
+            oid = stack.pop()
+            if oid in seen:
+                continue
+            seen.add(oid)
+            members.append(oid)
+            parent = self._node(oid).parent
+            if parent is not None:
+                stack.append(parent)
+        return members
+
+    def _update(self, built: _Built, todo: list[Made]) -> None:
+        """Append what the session gained since it was imported: one commit, then the leaf
+        moves to the session's leaf (a second commit; both states are complete threads)."""
+        thread_id = built.meta.id
+        with self.journal.batch(thread_id) as batch:
+            for oid, entry, parent, created in todo:
+                stored = batch.append(entry, parent_id=parent, now=created)
+                if stored.id != oid:
+                    raise ThreadExists(f"thread {thread_id!r} could not take the new records")
+        if built.meta.leaf_id:
+            self.journal.move_leaf(thread_id, built.meta.leaf_id, now=built.meta.updated_at)
+        meta = self.journal.thread(thread_id)
+        if built.meta.title and meta.title != built.meta.title:
+            meta.title = built.meta.title
+            self.journal.update_thread(meta)
 
     def write(self) -> None:
-        todo = [built for built in self.built.values() if not self._holds(built)]
+        created: list[_Built] = []
+        updates: list[tuple[_Built, list[Made]]] = []
         for built in self.built.values():
-            if built not in todo:
+            state, todo = self._existing(built)
+            if state == "absent":
+                created.append(built)
+            elif state == "grown":
+                updates.append((built, todo))
+            else:
                 self.report.threads_unchanged.append(built.meta.id)
-        if not todo:
+        if not created and not updates:
             return
         store = self.journal.store.objects
         codec = store.codec
@@ -494,17 +552,20 @@ class _Importer:
                 if self.progress is not None:
                     self.progress("writing", start + len(chunk), len(writes))
             self.report.objects_written = len(writes)
-            for built in todo:
+            for built in created:
                 try:
                     self.journal.create_thread_with_heads(built.meta, built.heads)
                 except ThreadExists:
-                    if not self._holds(built):
+                    if self._existing(built)[0] != "same":
                         raise
                     self.report.threads_unchanged.append(built.meta.id)
                     continue
                 self.report.threads_created.append(built.meta.id)
         for oid, node in self.pending.items():
             self.journal.graph.remember(oid, node)
+        for built, todo in updates:
+            self._update(built, todo)
+            self.report.threads_updated.append(built.meta.id)
 
 
 def _stored_of(metadata: Any, record: dict[str, Any] | None = None) -> _Stored | None:

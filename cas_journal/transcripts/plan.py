@@ -161,7 +161,7 @@ def json_args(value: Any) -> str:
         return ""
     try:
         return compact_json(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return ""
 
 
