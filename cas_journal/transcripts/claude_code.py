@@ -36,7 +36,6 @@ from typing import Any
 
 from ..journal import CompactionResult, Entry, Message
 from .plan import (
-    EPOCH,
     PlannedRecord,
     SessionPlan,
     as_int,
@@ -170,7 +169,11 @@ class ClaudeCodeFormat:
                 content = message.get("content") if isinstance(message, dict) else None
                 summaries.setdefault(parent, text_of(content))
         last_with_uuid: str | None = None
-        last_time: datetime = EPOCH
+        first_time = next(
+            (line.record["timestamp"] for line in source.lines if "timestamp" in line.record),
+            None,
+        )
+        last_time: datetime = parse_timestamp(first_time)
         subagent = parent_session is not None
         titles: list[str] = []
         summary_by_leaf: dict[str, str] = {}

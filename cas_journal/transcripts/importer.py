@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import InvalidInputError, JournalError, ThreadExists, ThreadNotFound
-from ..journal import Entry, Journal, ThreadMeta
+from ..journal import Entry, EntryType, Journal, ThreadMeta
 from ..journal.payload import payload_bytes
 from ..objects import EntryNode, Kind, object_id, parse_time
 from .exporter import session_records
@@ -316,7 +316,10 @@ class _Importer:
             metadata[TEXT_KEY] = line.text
         else:
             metadata[RECORD_KEY] = line.text
-        entry = record.entry.model_copy(update={"metadata": metadata})
+        update: dict[str, Any] = {"metadata": metadata}
+        if record.entry.type is EntryType.CUSTOM and record.entry.message is None:
+            update["summary"] = record.entry.summary or _label(line.record)
+        entry = record.entry.model_copy(update=update)
         try:
             body = payload_bytes(entry)
         except InvalidInputError:  # a lone surrogate in the text taken from the record
@@ -566,6 +569,19 @@ class _Importer:
         for built, todo in updates:
             self._update(built, todo)
             self.report.threads_updated.append(built.meta.id)
+
+
+def _label(record: dict[str, Any]) -> str:
+    """A short name for a record that carries no message (what ``log`` and ``tree`` show):
+    its type, and its subtype or payload type (``event_msg token_count``)."""
+    payload = record.get("payload")
+    parts = [
+        record.get("type"),
+        record.get("subtype"),
+        payload.get("type") if isinstance(payload, dict) else None,
+    ]
+    label = " ".join(part for part in parts if isinstance(part, str) and part)
+    return f"[{label[:80] or 'record'}]"
 
 
 def _stored_of(metadata: Any, record: dict[str, Any] | None = None) -> _Stored | None:
