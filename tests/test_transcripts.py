@@ -159,8 +159,17 @@ def test_claude_code_mapping(tmp_path):
     # tool use and its result
     call = next(e for e in path if e.type is cj.EntryType.TOOL_CALL)
     result = next(e for e in path if e.type is cj.EntryType.TOOL_RESULT)
-    assert call.message.tool_name == "Read" and json.loads(call.message.tool_args)["file_path"]
-    assert result.message.tool_call_id.startswith("toolu_") and "def " in result.message.content
+    (tool_call,) = call.message.tool_calls()  # Claude's own tool_use block
+    assert tool_call.name == "Read" and json.loads(tool_call.arguments)["file_path"]
+    (block,) = result.message.content  # a user message holding the tool_result block
+    assert result.message.role == "user" and block["type"] == "tool_result"
+    assert block["tool_use_id"] == tool_call.id and "def " in block["content"]
+    thinking = next(
+        e
+        for e in path
+        if e.message and e.message.text() == "" and e.type is cj.EntryType.ASSISTANT_MESSAGE
+    )
+    assert thinking.message.content[0]["type"] == "thinking"
     # the subagent file: its own thread under the session's
     agent = next(p for p in paths if p.name.startswith("agent-"))
     agent_meta = j.thread(f"claude-code/{main.stem}/{agent.stem}")
@@ -215,6 +224,11 @@ def test_pi_mapping(tmp_path):
     branch = next(r for r in lines if r["type"] == "branch_summary")
     assert entries[branch["id"]].type is cj.EntryType.BRANCH_SUMMARY
     assert entries[branch["id"]].parent_id == entries[branch["parentId"]].id
+    call = next(r for r in lines if r["type"] == "message" and r["message"]["role"] == "assistant")
+    blocks = entries[call["id"]].message.content
+    assert [b["type"] for b in blocks] == ["thinking", "text", "tool_use"]
+    (tool_call,) = entries[call["id"]].message.tool_calls()
+    assert tool_call.name == "read" and entries[call["id"]].type is cj.EntryType.TOOL_CALL
     label = next(r for r in lines if r["type"] == "label")
     assert entries[label["id"]].type is cj.EntryType.CUSTOM
     # the abandoned branch stays readable; the context starts from the compaction summary
@@ -286,7 +300,7 @@ def test_unusual_layouts_come_back_byte_for_byte(tmp_path, data):
     report = import_transcripts(j, [path], "pi")
     assert report.threads_created == ["pi/s1"]
     assert session_file(j, "pi/s1").data == data
-    assert [e.message.content for e in j.path("pi/s1")] == ["hi", "hello"]
+    assert [e.message.text() for e in j.path("pi/s1")] == ["hi", "hello"]
 
 
 # -- bad input -------------------------------------------------------------------------------

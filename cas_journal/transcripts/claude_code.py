@@ -16,9 +16,11 @@ Mapping (every record becomes one entry and keeps its whole JSON; see docs/trans
   compaction stays on the path; a record whose parent is not in the file is a root; a
   record without a uuid hangs under the last record with one before it (a side branch,
   never on the path);
-* user text -> user_message; an assistant text, thinking or tool_use block ->
-  assistant_message / tool_call (thinking in ``reasoning``); a user record of
-  ``tool_result`` blocks -> tool_result; ``compact_boundary`` -> a compaction entry
+* messages keep their content blocks (Claude Code writes Anthropic Messages blocks):
+  a user prompt -> user_message; an assistant record -> assistant_message, or
+  tool_call when it holds ``tool_use`` blocks; a user record of ``tool_result`` blocks
+  -> tool_result (a user message answering the calls); content that does not validate
+  as blocks is kept as text; ``compact_boundary`` -> a compaction entry
   whose summary is the text of the following ``isCompactSummary`` record (that record
   becomes a custom entry, so the summary is not sent twice); anything else -> custom;
 * ``sessionId`` is a placeholder: a resumed session that copies earlier records under a
@@ -34,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..journal import CompactionResult, Entry, Message
+from ..journal import CompactionResult, Entry, EntryType, Message
 from .plan import (
     PlannedRecord,
     SessionPlan,
@@ -60,35 +62,53 @@ def _tool_result_text(content: Any) -> str:
     return text_of(content)
 
 
+def _blocks(role: str, content: Any, kind: EntryType | None = None) -> Entry | None:
+    """The message with Claude's own content blocks (they are Anthropic Messages blocks),
+    or None if they do not validate as such (the caller falls back to text)."""
+    if not isinstance(content, list):
+        return None
+    try:
+        return message_entry(Message(role=role, content=content), kind)
+    except ValueError:
+        return None
+
+
 def _user_entry(record: dict[str, Any], message: dict[str, Any]) -> Entry:
     content = message.get("content")
     if isinstance(content, list):
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
         if results:
+            entry = _blocks("user", content, EntryType.TOOL_RESULT)
+            if entry is not None:
+                return entry
             first = results[0]
             text = "\n".join(_tool_result_text(block.get("content")) for block in results)
             return message_entry(
                 Message(role="tool", content=text, tool_call_id=as_str(first.get("tool_use_id")))
             )
-    text = text_of(content)
     if record.get("isCompactSummary") is True:
-        return custom_entry().model_copy(
-            update={"message": Message(role="user", content=text, kind="compaction_summary")}
-        )
-    return message_entry(Message(role="user", content=text))
+        summary = Message(role="user", content=text_of(content), kind="compaction_summary")
+        return custom_entry().model_copy(update={"message": summary})
+    return _blocks("user", content) or message_entry(Message(role="user", content=text_of(content)))
 
 
 def _assistant_entry(message: dict[str, Any]) -> Entry:
     content = message.get("content")
+    entry = _blocks("assistant", content)
+    if entry is not None:
+        return entry
     blocks = content if isinstance(content, list) else []
-    text = text_of(content)
     reasoning = "\n".join(
         as_str(b.get("thinking"))
         for b in blocks
         if isinstance(b, dict) and b.get("type") == "thinking"
     )
     call = next((b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"), None)
-    fields: dict[str, Any] = {"role": "assistant", "content": text, "reasoning": reasoning}
+    fields: dict[str, Any] = {
+        "role": "assistant",
+        "content": text_of(content),
+        "reasoning": reasoning,
+    }
     if call is not None:
         fields.update(
             tool_call_id=as_str(call.get("id")),

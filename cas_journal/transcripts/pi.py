@@ -16,7 +16,9 @@ Mapping (every line is kept whole; see docs/transcripts.md):
   not part of the tree), so a ``/fork`` that copies entries with their ids shares them;
 * an entry hangs under its ``parentId`` (a parent not in the file: a root);
 * user / assistant / toolResult messages -> user_message / assistant_message or
-  tool_call / tool_result; ``custom_message`` -> user_message (pi sends it to the
+  tool_call / tool_result, with their content blocks as Anthropic Messages blocks
+  (``toolCall`` -> ``tool_use``, images with a base64 source; blocks that do not
+  validate are kept as text); ``custom_message`` -> user_message (pi sends it to the
   model); ``compaction`` -> a compaction entry whose ``first_kept_entry_id`` is the
   entry of ``firstKeptEntryId``; ``branch_summary`` -> branch_summary;
   ``model_change`` -> model_change; everything else (labels included) -> custom;
@@ -38,7 +40,6 @@ from .plan import (
     compaction_entry,
     custom_entry,
     find_jsonl,
-    json_args,
     message_entry,
     parse_timestamp,
     text_of,
@@ -48,33 +49,43 @@ from .source import SourceFile
 NAME = "pi"
 
 
+def _block(block: Any) -> Any:
+    """A pi content block as an Anthropic Messages block (``toolCall`` -> ``tool_use``,
+    pi's flat image -> an image with a base64 source); other blocks as they are."""
+    if not isinstance(block, dict):
+        return block
+    kind = block.get("type")
+    if kind == "toolCall":
+        rest = {k: v for k, v in block.items() if k not in ("type", "arguments")}
+        return {"type": "tool_use", **rest, "input": block.get("arguments")}
+    if kind == "image" and "source" not in block:
+        source = {"type": "base64", "media_type": block.get("mimeType"), "data": block.get("data")}
+        return {"type": "image", "source": source}
+    return block
+
+
+def _content(content: Any) -> Any:
+    """Message content for the journal: a string as it is, blocks converted (``_block``)."""
+    if isinstance(content, list):
+        return [_block(block) for block in content]
+    return content if isinstance(content, str) else ""
+
+
+def _message(fields: dict[str, Any], content: Any) -> Message:
+    """The message with converted blocks, or with their text if they do not validate."""
+    try:
+        return Message(**fields, content=_content(content))
+    except ValueError:
+        return Message(**fields, content=text_of(content))
+
+
 def _message_entry(message: dict[str, Any]) -> Entry:
     role = message.get("role")
     content = message.get("content")
     if role == "user":
-        return message_entry(Message(role="user", content=text_of(content)))
+        return message_entry(_message({"role": "user"}, content))
     if role == "assistant":
-        blocks = content if isinstance(content, list) else []
-        reasoning = "\n".join(
-            as_str(b.get("thinking"))
-            for b in blocks
-            if isinstance(b, dict) and b.get("type") == "thinking"
-        )
-        call = next(
-            (b for b in blocks if isinstance(b, dict) and b.get("type") == "toolCall"), None
-        )
-        fields: dict[str, Any] = {
-            "role": "assistant",
-            "content": text_of(content),
-            "reasoning": reasoning,
-        }
-        if call is not None:
-            fields.update(
-                tool_call_id=as_str(call.get("id")),
-                tool_name=as_str(call.get("name")),
-                tool_args=json_args(call.get("arguments")),
-            )
-        entry = message_entry(Message(**fields))
+        entry = message_entry(_message({"role": "assistant"}, content))
         return entry.model_copy(
             update={
                 "provider": as_str(message.get("provider")),
@@ -82,14 +93,16 @@ def _message_entry(message: dict[str, Any]) -> Entry:
             }
         )
     if role == "toolResult":
-        return message_entry(
-            Message(
-                role="tool",
-                content=text_of(content),
-                tool_call_id=as_str(message.get("toolCallId")),
-                tool_name=as_str(message.get("toolName")),
-            )
-        )
+        fields = {
+            "role": "tool",
+            "tool_call_id": as_str(message.get("toolCallId")),
+            "tool_name": as_str(message.get("toolName")),
+        }
+        if isinstance(content, list) and all(
+            isinstance(b, dict) and b.get("type") == "text" for b in content
+        ):
+            content = text_of(content)
+        return message_entry(_message(fields, content))
     return custom_entry()
 
 
