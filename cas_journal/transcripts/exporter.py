@@ -33,6 +33,7 @@ from .manifest import (
     RECORD_KEY,
     TEXT_KEY,
     from_runs,
+    placeholder,
 )
 from .plan import EPOCH
 from .source import BOM, compact_json
@@ -102,21 +103,29 @@ def _depths(by_id: dict[str, Entry], members: set[str]) -> dict[str, int]:
     return depth
 
 
-def _line(entry: Entry, values: dict[str, Any], thread_id: str) -> str:
+def _line(entry: Entry, filled: dict[str, Any], overrides: dict[str, Any], thread_id: str) -> str:
+    """A record's line: the stored text, placeholders filled in by text, then any
+    overridden value set (re-encoding the record, which was checked to be compact)."""
     text = entry.metadata.get(TEXT_KEY)
-    if text is not None and not values:
+    if text is not None and not filled and not overrides:
         return text
     stored = entry.metadata.get(RECORD_KEY)
     if stored is None:
         raise _bad(thread_id, f"lists entry {entry.id}, which holds no record")
-    placeholders = entry.metadata.get(PLACEHOLDERS_KEY, "")
-    if not values and not placeholders:
+    for key, value in filled.items():
+        null = placeholder(key)
+        if stored.count(null) != 1:
+            raise _bad(thread_id, f"lists entry {entry.id}, whose record lacks {key!r}")
+        stored = stored.replace(null, f"{compact_json(key)}:{compact_json(value)}", 1)
+    if not overrides:
         return stored
     try:
         record = json.loads(stored)
     except ValueError:
         raise _bad(thread_id, f"lists entry {entry.id}, whose record is not JSON") from None
-    for key, value in values.items():
+    if not isinstance(record, dict):
+        raise _bad(thread_id, f"lists entry {entry.id}, whose record is not an object")
+    for key, value in overrides.items():
         if key in record:
             record[key] = value
     return compact_json(record)
@@ -175,10 +184,10 @@ def session_records(journal: Journal, thread_id: str) -> SessionRecords:
                 continue
             entry = by_id[canonical[next(order)]]
             keys = [k for k in entry.metadata.get(PLACEHOLDERS_KEY, "").split(",") if k]
-            values = {key: defaults.get(key) for key in keys}
-            values.update(overrides.get(pos, {}))
+            changed = dict(overrides.get(pos, {}))
+            filled = {key: changed.pop(key, defaults.get(key)) for key in keys}
             entries.append(entry)
-            lines.append(_line(entry, values, thread_id))
+            lines.append(_line(entry, filled, changed, thread_id))
     except (StopIteration, IndexError, KeyError, TypeError, ValueError) as exc:
         raise _bad(
             thread_id, f"does not match the thread's entries ({type(exc).__name__})"

@@ -49,6 +49,7 @@ from .manifest import (
     PLACEHOLDERS_KEY,
     RECORD_KEY,
     TEXT_KEY,
+    placeholder,
     to_runs,
 )
 from .plan import (
@@ -264,6 +265,8 @@ class _Importer:
                 break
             resolved[record.key] = oid
             self.records.setdefault(oid, stored)
+            if stored.placeholders:  # this copy's values, whatever the source's were
+                changed += [key for key in plan.placeholders if key in line.record]
             overrides += [(record.index, key, line.record[key]) for key in changed]
             matched += 1
         if matched == 0:
@@ -305,17 +308,14 @@ class _Importer:
         line = plan.source.lines[record.index]
         metadata = dict(record.entry.metadata)
         keys = [key for key in plan.placeholders if key in line.record]
-        if keys and line.exact:
-            copy = dict(line.record)
-            for key in keys:
-                stored_values.setdefault(record.index, {})[key] = copy[key]
-                copy[key] = None
-            metadata[RECORD_KEY] = compact_json(copy)
-            metadata[PLACEHOLDERS_KEY] = ",".join(keys)
-        elif keys:  # not compact JSON: written back verbatim, never with other values
+        text = _with_placeholders(line.text, line.record, keys) if keys else line.text
+        if text is None:  # the values are not written plainly: kept verbatim, not shared
             metadata[TEXT_KEY] = line.text
         else:
-            metadata[RECORD_KEY] = line.text
+            metadata[RECORD_KEY] = text
+            if keys:
+                metadata[PLACEHOLDERS_KEY] = ",".join(keys)
+                stored_values[record.index] = {key: line.record[key] for key in keys}
         update: dict[str, Any] = {"metadata": metadata}
         if record.entry.type is EntryType.CUSTOM and record.entry.message is None:
             update["summary"] = record.entry.summary or _label(line.record)
@@ -569,6 +569,19 @@ class _Importer:
         for built, todo in updates:
             self._update(built, todo)
             self.report.threads_updated.append(built.meta.id)
+
+
+def _with_placeholders(text: str, record: dict[str, Any], keys: list[str]) -> str | None:
+    """The line with each key's value replaced by null, by text (no re-encoding), or None
+    if that cannot be undone exactly: the key and value must appear once, written as
+    compact JSON, and the placeholder nowhere else."""
+    for key in keys:
+        null = placeholder(key)
+        pair = f"{compact_json(key)}:{compact_json(record[key])}"
+        if text.count(pair) != 1 or (pair != null and null in text):
+            return None
+        text = text.replace(pair, null, 1)
+    return text
 
 
 def _label(record: dict[str, Any]) -> str:

@@ -14,10 +14,11 @@ this JSON object:
 * ``headers``: ``[position, text]`` of records kept verbatim here instead of as entries;
 * ``defaults`` and ``overrides``: values of top-level keys that copies of a record
   change (a session id, a timestamp rewritten on a fork). An entry stores the record
-  with those keys set to null and lists them in ``transcript.placeholders``; the
-  manifest gives each key's most common value and, as runs of positions, the
-  exceptions. ``overrides`` also replace stored values on records shared with another
-  session;
+  with those keys' values replaced by null in its text (``"sessionId":null``, once) and
+  lists them in ``transcript.placeholders``; the manifest gives each key's most common
+  value and, as runs of positions, the exceptions, and export puts them back by text.
+  ``overrides`` of other keys replace stored values on records shared with another
+  session (the record is re-encoded: such lines were checked to be compact JSON);
 * the byte layout: ``bom``, ``eol``, ``final_newline``, ``blank`` (``[line, text]``).
 """
 
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import InvalidInputError
+from .source import compact_json
 
 MANIFEST_KEY = "transcript.manifest"
 """Entry metadata key of a session manifest."""
@@ -37,6 +39,12 @@ TEXT_KEY = "transcript.text"
 PLACEHOLDERS_KEY = "transcript.placeholders"
 """Entry metadata key listing (comma-separated) the keys the manifest fills in."""
 MANIFEST_VERSION = 1
+
+
+def placeholder(key: str) -> str:
+    """How a placeholder key stands in a stored record: ``"key":null``, which occurs
+    exactly once in the stored text (the importer checks it)."""
+    return f"{compact_json(key)}:null"
 
 
 def to_runs(values: Iterable[int]) -> list[list[int]]:
