@@ -734,3 +734,29 @@ def test_a_fork_of_a_fork_shares_with_both(tmp_path, together):
     assert j.thread("codex/c").forked_from_thread_id == "codex/b"
     for path, name in zip(paths, "abc", strict=True):
         assert session_file(j, f"codex/{name}").data == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"nested": {"sessionId": "s"}},  # the pair twice: kept verbatim
+        {"nested": {"sessionId": None}},  # the placeholder already there: kept verbatim
+        {"text": '"sessionId":"s"'},  # inside a string (escaped): placeholder by text
+    ],
+)
+def test_session_ids_are_put_back_exactly(tmp_path, extra):
+    record = {
+        "parentUuid": None,
+        "sessionId": "s",
+        "type": "user",
+        "uuid": "a",
+        "message": {"role": "user", "content": "hi"},
+        **extra,
+    }
+    for name, text in (("compact", dump(record)), ("spaced", json.dumps(record))):
+        path = tmp_path / name / "s.jsonl"
+        path.parent.mkdir()
+        path.write_text(text + "\n")
+        j = cj.Journal.memory()
+        import_transcripts(j, [path], "claude-code")
+        assert session_file(j, "claude-code/s").data == path.read_bytes()
