@@ -112,13 +112,13 @@ def stats_lines(report: StatsReport) -> list[str]:
     rows = [
         (
             "threads",
-            f"{_count(report.threads, 'thread', 'threads')}: "
-            f"{_count(report.entries, 'distinct entry', 'distinct entries')}, "
-            f"{_count(report.logical_entries, 'entry', 'entries')} counted per thread",
+            f"{report.threads:,} live, reaching "
+            f"{_count(report.entries, 'distinct entry', 'distinct entries')} "
+            f"({_count(report.logical_entries, 'entry', 'entries')} counted per thread)",
         ),
         (
             "runs",
-            f"{_count(report.runs, 'run', 'runs')}: "
+            f"{report.runs:,} live, reaching "
             f"{_count(report.checkpoints, 'saved checkpoint', 'saved checkpoints')}",
         ),
         (
