@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import cas_journal as cj
-from cas_journal.backends.local import merging
+from cas_journal.packs import merging
 
 from . import textgen as tg
 

@@ -221,7 +221,7 @@ def test_a_batch_commit_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -
     the batch is either wholly there or wholly absent."""
     import shutil
 
-    from cas_journal.backends.local import merging
+    from cas_journal.packs import merging
 
     template = tmp_path / "template"
     with cj.Journal.open(template) as j:

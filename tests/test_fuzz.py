@@ -21,14 +21,20 @@ from hypothesis import strategies as st
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, MemoryStore
-from cas_journal.backends.local.packs import PackedObject, PackReader, write_pack
+from cas_journal.backends.local.packs import LocalPack, write_pack
 from cas_journal.errors import CorruptObject, CorruptRef, JournalError
 from cas_journal.maintenance import fsck, sync
 from cas_journal.maintenance.transfer import export_thread, import_jsonl
 from cas_journal.objects import Kind, ObjectCodec, canonical_form, object_id
+from cas_journal.packs import PackedObject
 
 CODEC = ObjectCodec(max_object_size=1 << 20)
-SAMPLES = [(Kind.BLOB, b"hello"), (Kind.BLOB, b""), (Kind.ENTRY, b'{"x":1}' * 50), (Kind.BLOB, bytes(range(256)) * 20)]
+SAMPLES = [
+    (Kind.BLOB, b"hello"),
+    (Kind.BLOB, b""),
+    (Kind.ENTRY, b'{"x":1}' * 50),
+    (Kind.BLOB, bytes(range(256)) * 20),
+]
 FRAMES = [CODEC.encode(kind, body) for kind, body in SAMPLES]
 BOMB = b"\x28\xb5\x2f\xfd\xe0" + (2**40).to_bytes(8, "little") + b"\x01\x00\x00"
 """A zstd frame header declaring a 1 TiB content size."""
@@ -52,7 +58,9 @@ mutations = st.tuples(
 
 @settings(max_examples=400)
 @given(st.sampled_from(range(len(FRAMES))), mutations, st.binary(max_size=16))
-def test_decoder_mutated_frames(which: int, mutation: tuple[int, list[tuple[int, int]]], tail: bytes) -> None:
+def test_decoder_mutated_frames(
+    which: int, mutation: tuple[int, list[tuple[int, int]]], tail: bytes
+) -> None:
     oid, frame = FRAMES[which]
     data = _mutate(frame, *mutation) + tail
     try:
@@ -78,7 +86,9 @@ def test_decoder_refuses_a_decompression_bomb_before_allocating() -> None:
 # -- pack index and data -------------------------------------------------------------------
 
 
-def _make_pack(directory: Path, dictionary: bool = False) -> tuple[Path, dict[str, tuple[Kind, bytes]]]:
+def _make_pack(
+    directory: Path, dictionary: bool = False
+) -> tuple[Path, dict[str, tuple[Kind, bytes]]]:
     objects = {}
     packed = []
     for i in range(120):
@@ -97,33 +107,40 @@ def _make_pack(directory: Path, dictionary: bool = False) -> tuple[Path, dict[st
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[Kind, bytes]]]:
+def pristine(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, tuple[Kind, bytes]]]:
     directory = tmp_path_factory.mktemp("pack")
     return _make_pack(directory)
 
 
-def _read_everything(index: Path) -> list[tuple[str, tuple[Kind, bytes]]]:
-    reader = PackReader(index, CODEC.max_object_size)
+def _read_everything(index: Path) -> tuple[list[tuple[str, tuple[Kind, bytes]]], bool]:
+    """Every object the index lists, read and verified, and whether the index's trailer
+    matches its content. Raises the first error a read raises."""
+    reader = LocalPack(index, CODEC.max_object_size)
     try:
         out = []
         for position in range(reader.count):
             oid = reader.oid_at(position)
             out.append((oid, reader.read(oid)))
-        reader.verify_trailer()
-        return out
+        return out, reader.verify_trailer()
     finally:
         reader.close()
 
 
-def _check_pack(directory: Path, index: Path, objects: dict[str, tuple[Kind, bytes]]) -> None:
+def _check_pack(index: Path, objects: dict[str, tuple[Kind, bytes]], pristine_index: bytes) -> None:
+    """A damaged pack either raises a JournalError (nothing else) or reads back exactly
+    the objects it was written with; and a changed index never goes unnoticed."""
     try:
-        found = _read_everything(index)
-    except (JournalError, KeyError) as exc:
-        # KeyError: a damaged oid table names an object the pack does not hold
-        assert isinstance(exc, JournalError) or not isinstance(exc, IndexError)
+        found, trailer_ok = _read_everything(index)
+    except JournalError as exc:
+        assert str(exc)
         return
+    index_changed = index.read_bytes() != pristine_index
+    assert not (index_changed and trailer_ok), "a changed index passed its trailer check"
+    assert len(found) == len(objects) or index_changed
     for oid, value in found:
-        assert objects.get(oid, value) == value  # verified reads never return wrong data
+        assert objects[oid] == value  # verified reads never return wrong data
 
 
 @settings(max_examples=250)
@@ -141,7 +158,7 @@ def test_pack_files_truncated_and_bit_flipped(
     target = directory / (index.name if damage_index else index.with_suffix(".pack").name)
     target.chmod(0o644)
     target.write_bytes(_mutate(target.read_bytes(), *mutation))
-    _check_pack(directory, directory / index.name, objects)
+    _check_pack(directory / index.name, objects, index.read_bytes())
 
 
 HEADER = struct.Struct("<8sQQQ32sQ")
@@ -182,8 +199,19 @@ def _craft(index: Path, edit: str, value: int) -> bytes:
 @settings(max_examples=300)
 @given(
     st.sampled_from(
-        ["count", "blocks", "pack_size", "fanout", "location_block", "location_offset",
-         "location_length", "block_offset", "block_clen", "block_rlen", "block_flags"]
+        [
+            "count",
+            "blocks",
+            "pack_size",
+            "fanout",
+            "location_block",
+            "location_offset",
+            "location_length",
+            "block_offset",
+            "block_clen",
+            "block_rlen",
+            "block_flags",
+        ]
     ),
     st.one_of(st.integers(0, 300), st.integers(0, 2**32 - 1)),
 )
@@ -197,12 +225,12 @@ def test_pack_index_fields_that_lie(
     directory = tmp_path_factory.mktemp("crafted")
     shutil.copy(index.with_suffix(".pack"), directory / index.with_suffix(".pack").name)
     (directory / index.name).write_bytes(_craft(index, edit, value))
-    _check_pack(directory, directory / index.name, objects)
+    _check_pack(directory / index.name, objects, index.read_bytes())
 
 
 def test_a_dictionary_block_that_is_itself_dictionary_compressed(tmp_path: Path) -> None:
     index, objects = _make_pack(tmp_path, dictionary=True)
-    reader = PackReader(index, CODEC.max_object_size)
+    reader = LocalPack(index, CODEC.max_object_size)
     assert reader.dictionary_oid is not None
     reader.close()
     data = bytearray(index.read_bytes())
@@ -211,7 +239,7 @@ def test_a_dictionary_block_that_is_itself_dictionary_compressed(tmp_path: Path)
     struct.pack_into("<I", data, blocks_at + 16, 1)  # block 0 holds the dictionary
     index.chmod(0o644)
     index.write_bytes(bytes(data))
-    reader = PackReader(index, CODEC.max_object_size)
+    reader = LocalPack(index, CODEC.max_object_size)
     oid = next(o for o in objects)
     with pytest.raises(CorruptObject, match="dictionary"):
         reader.read(oid)
@@ -224,7 +252,7 @@ def test_an_index_pointing_past_its_pack_file(tmp_path: Path) -> None:
     pack.chmod(0o644)
     pack.write_bytes(pack.read_bytes()[:-100])
     with pytest.raises(CorruptObject, match="its index says"):
-        PackReader(index, CODEC.max_object_size)
+        LocalPack(index, CODEC.max_object_size)
 
 
 # -- the JSONL importer --------------------------------------------------------------------
@@ -238,7 +266,14 @@ def export_lines() -> list[str]:
     for i in range(6):
         e = cj.append_message(j, "src", f"u{i}", cj.Message(role="user", content=f"message {i} ü"))
         first = first or e
-    j.append(cj.Entry(thread_id="src", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="branch")), parent_id=first.id)
+    j.append(
+        cj.Entry(
+            thread_id="src",
+            type=cj.EntryType.USER_MESSAGE,
+            message=cj.Message(role="user", content="branch"),
+        ),
+        parent_id=first.id,
+    )
     return list(export_thread(j, "src"))
 
 
@@ -280,17 +315,36 @@ def _source_with_history() -> tuple[MemoryStore, cj.Journal]:
     j = cj.Journal(store)
     j.create_thread(cj.ThreadMeta(id="t"))
     for i in range(5):
-        j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=f"m{i}")))
-    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=[{"role": "user", "content": "hi"}]))
+        j.append(
+            cj.Entry(
+                thread_id="t",
+                type=cj.EntryType.USER_MESSAGE,
+                message=cj.Message(role="user", content=f"m{i}"),
+            )
+        )
+    j.checkpoints.save(
+        cj.Checkpoint(run_id="r", iteration=1, messages=[{"role": "user", "content": "hi"}])
+    )
     return store, j
 
 
-LIES = ["other-content", "truncated", "bomb", "garbage-frame", "wrong-kind-ref", "garbage-ref", "missing-ref", "blob-for-entry"]
+LIES = [
+    "other-content",
+    "truncated",
+    "bomb",
+    "garbage-frame",
+    "wrong-kind-ref",
+    "garbage-ref",
+    "missing-ref",
+    "blob-for-entry",
+]
 
 
 @settings(max_examples=60)
 @given(st.sampled_from(LIES), st.integers(0, 10**6))
-def test_sync_from_a_lying_source(tmp_path_factory: pytest.TempPathFactory, lie: str, pick: int) -> None:
+def test_sync_from_a_lying_source(
+    tmp_path_factory: pytest.TempPathFactory, lie: str, pick: int
+) -> None:
     src, _j = _source_with_history()
     oids = sorted(src.objects.iter_oids())
     victim = oids[pick % len(oids)]
@@ -315,7 +369,9 @@ def test_sync_from_a_lying_source(tmp_path_factory: pytest.TempPathFactory, lie:
         blob = src.objects.put(Kind.BLOB, b"pretending to be an entry")
         from cas_journal.objects import ThreadStateNode
 
-        state = ThreadStateNode({"id": "liar", "created_at": "2026-01-01T00:00:00.000000Z"}, blob, (blob,))
+        state = ThreadStateNode(
+            {"id": "liar", "created_at": "2026-01-01T00:00:00.000000Z"}, blob, (blob,)
+        )
         src.refs.set_if_equals("threads/liar", None, src.objects.put(Kind.THREAD, state.body()))
     dst_dir = tmp_path_factory.mktemp("dst")
     dst = LocalStore(dst_dir / "s", durable=False)
@@ -348,14 +404,28 @@ def test_sync_names_a_bad_ref_with_a_journal_error(tmp_path: Path) -> None:
 # -- refs, reflogs and leases holding garbage ------------------------------------------------
 
 
-GARBAGE = [b"", b"\n", b"no newline", b"two\nlines\n", b"\xff\xfe\n", b"x" * 80_000 + b"\n", b"zz" * 32 + b"\n"]
+GARBAGE = [
+    b"",
+    b"\n",
+    b"no newline",
+    b"two\nlines\n",
+    b"\xff\xfe\n",
+    b"x" * 80_000 + b"\n",
+    b"zz" * 32 + b"\n",
+]
 
 
 @pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))
 def test_refs_holding_garbage(tmp_path: Path, garbage: bytes) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
-        j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="hi")))
+        j.append(
+            cj.Entry(
+                thread_id="t",
+                type=cj.EntryType.USER_MESSAGE,
+                message=cj.Message(role="user", content="hi"),
+            )
+        )
         j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=[{"a": 1}]))
         root = j.store.root
     for name in ("refs/threads/t", "refs/checkpoints/r"):
@@ -372,7 +442,13 @@ def test_refs_holding_garbage(tmp_path: Path, garbage: bytes) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [b'\n{"old":"","new":42,"time":"x","reason":1}', b"\n[1,2,3]", b'\n{"new":"zz"}', b"\nnot json at all", b"\x00\xff"],
+    [
+        b'\n{"old":"","new":42,"time":"x","reason":1}',
+        b"\n[1,2,3]",
+        b'\n{"new":"zz"}',
+        b"\nnot json at all",
+        b"\x00\xff",
+    ],
 )
 def test_reflogs_holding_garbage(tmp_path: Path, line: bytes) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
@@ -391,7 +467,15 @@ def test_reflogs_holding_garbage(tmp_path: Path, line: bytes) -> None:
         assert j.thread("t").id == "t"
 
 
-@pytest.mark.parametrize("value", [b"{}\n", b"not json\n", b'{"thread_id":"t"}\n', b'{"thread_id":"t","turn_id":"u","owner_id":"o","created_at":"yesterday"}\n'])
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"{}\n",
+        b"not json\n",
+        b'{"thread_id":"t"}\n',
+        b'{"thread_id":"t","turn_id":"u","owner_id":"o","created_at":"yesterday"}\n',
+    ],
+)
 def test_leases_holding_garbage(tmp_path: Path, value: bytes) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))

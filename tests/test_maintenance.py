@@ -12,7 +12,7 @@ import pytest
 from journal_helpers import ReadCounter, stored, user
 
 import cas_journal as cj
-from cas_journal.backends.local.packs import PackReader
+from cas_journal.backends.local.packs import LocalPack
 from cas_journal.maintenance import fsck, gc, pack, stats
 from cas_journal.maintenance import packer as pack_module
 from cas_journal.objects import Kind, ObjectCodec, canonical_json
@@ -209,7 +209,7 @@ def test_gc_spares_young_unreachable_objects(j):
     assert not j.store.objects.has(orphan)
 
 
-def _age_into_an_old_pack(j: cj.Journal, body: bytes) -> tuple[str, PackReader]:
+def _age_into_an_old_pack(j: cj.Journal, body: bytes) -> tuple[str, LocalPack]:
     """Store ``body`` unreachable, three hours old, inside an old pack."""
     oid = j.store.objects.put(Kind.BLOB, body)
     old = time.time() - 3 * 3600
@@ -317,7 +317,7 @@ def test_a_pack_index_pointing_past_its_file_is_refused(j):
     with open(pack_path, "r+b") as f:
         f.truncate(os.path.getsize(pack_path) // 2)
     with pytest.raises(cj.CorruptObject):
-        PackReader(reader.index_path, ObjectCodec().max_object_size)
+        LocalPack(reader.index_path, ObjectCodec().max_object_size)
 
 
 # -- stats ---------------------------------------------------------------------------------

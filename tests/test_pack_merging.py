@@ -12,17 +12,11 @@ from hypothesis import strategies as st
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore
-from cas_journal.backends.local import merging
-from cas_journal.backends.local.merging import MERGE_FACTOR, MERGE_MIN_PACKS, merge_prefix
-from cas_journal.backends.local.packs import (
-    PACK_MAGIC,
-    PackedObject,
-    PackReader,
-    copy_packs,
-    write_pack,
-)
+from cas_journal.backends.local.packs import LocalPack, copy_packs, write_pack
 from cas_journal.maintenance import fsck, gc, pack
 from cas_journal.objects import Kind, canonical_form, object_id
+from cas_journal.packs import PACK_MAGIC, PackedObject, merging
+from cas_journal.packs.merging import MERGE_FACTOR, MERGE_MIN_PACKS, merge_prefix
 
 BATCH = 100
 
@@ -95,7 +89,10 @@ def test_many_batch_commits_leave_few_packs_and_every_object(tmp_path):
     again = LocalStore(store.root, create=False)
     assert sorted(again.objects.iter_oids()) == sorted(set(oids))
     for i in (0, 1234, len(oids) - 1):
-        assert again.objects.get(oids[i]) == (Kind.BLOB, f"b {i // BATCH} object {i % BATCH}".encode())
+        assert again.objects.get(oids[i]) == (
+            Kind.BLOB,
+            f"b {i // BATCH} object {i % BATCH}".encode(),
+        )
     assert fsck(cj.Journal(again).store).ok
 
 
@@ -191,9 +188,9 @@ def test_merging_copies_compressed_blocks_and_keeps_one_copy_of_each_object(tmp_
     first = [PackedObject(*_canonical(b"shared %d" % i)) for i in range(50)]
     second = first[25:] + [PackedObject(*_canonical(b"own %d" % i)) for i in range(50)]
     readers = [
-        PackReader(write_pack(directory, objs, durable=False), 1 << 20) for objs in (first, second)
+        LocalPack(write_pack(directory, objs, durable=False), 1 << 20) for objs in (first, second)
     ]
-    merged = PackReader(copy_packs(directory, readers, durable=False), 1 << 20)
+    merged = LocalPack(copy_packs(directory, readers, durable=False), 1 << 20)
     sizes = [r.pack_path.stat().st_size - len(PACK_MAGIC) for r in readers]
     assert merged.pack_path.stat().st_size == len(PACK_MAGIC) + sum(sizes)  # verbatim
     assert merged.count == 100

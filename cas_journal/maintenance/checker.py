@@ -100,7 +100,7 @@ def _copies(store: Store, report: FsckReport, problem: Report) -> Iterator[tuple
                     problem(pack.name, f"index is not sorted at position {position}")
                 previous = raw
                 try:
-                    kind, _ = parse_canonical(oid, pack.canonical_at(position, oid))
+                    kind, _ = parse_canonical(oid, pack.canonical_at(position))
                     yield oid, kind
                 except JournalError as exc:
                     problem(oid, f"in {pack.name}: {exc}")

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..backends import Store
 from ..backends.local.fsutil import fsync_dir, storage_errors
 from ..backends.local.objects import LocalObjectStore
-from ..backends.local.packs import PackReader
+from ..backends.local.packs import LocalPack
 from ..errors import JournalError
 from ..objects import Kind, typed_references
 from .packer import repack
@@ -135,7 +135,7 @@ def _collect(
     reachable = mark(store, now - reflog_expiry, progress)
     report.reachable_objects = len(reachable)
     objects = store.objects
-    packs: list[PackReader] = []
+    packs: list[LocalPack] = []
     if isinstance(objects, LocalObjectStore):
         packs = objects.packs()
         ages, sizes = _ages_local(objects, packs, reachable)
@@ -174,7 +174,7 @@ def _ages(store: Store, reachable: set[bytes]) -> tuple[dict[str, float], dict[s
 
 
 def _ages_local(
-    objects: LocalObjectStore, packs: list[PackReader], reachable: set[bytes]
+    objects: LocalObjectStore, packs: list[LocalPack], reachable: set[bytes]
 ) -> tuple[dict[str, float], dict[str, int]]:
     """Newest write time and stored bytes of every unreachable object, over all copies."""
     ages: dict[str, float] = {}
@@ -247,7 +247,7 @@ def delete_referencing_first(
 def _sweep_local(
     store: Store,
     objects: LocalObjectStore,
-    packs: list[PackReader],
+    packs: list[LocalPack],
     garbage: set[str],
     young_after: float,
     report: GcReport,

@@ -20,9 +20,10 @@ import zstandard
 from ..backends import Store
 from ..backends.local.fsutil import fsync_dir, storage_errors
 from ..backends.local.objects import LocalObjectStore
-from ..backends.local.packs import PackedObject, PackReader, write_pack
+from ..backends.local.packs import LocalPack, write_pack
 from ..errors import InvalidInputError
 from ..objects import Kind, canonical_form, object_id
+from ..packs import PackedObject
 from .layout import pack_order
 from .reports import PackReport, Progress
 
@@ -98,7 +99,7 @@ def repack(
     progress: Progress | None = None,
     level: int = PACK_LEVEL,
     block_size: int = PACK_BLOCK_SIZE,
-) -> tuple[PackReader | None, list[PackReader], int]:
+) -> tuple[LocalPack | None, list[LocalPack], int]:
     """Write ``keep`` as one new pack; return it, the packs it replaces, and their bytes.
 
     The caller removes the old packs and loose copies once it has checked the result.
@@ -183,7 +184,7 @@ def pack(store: Store, *, progress: Progress | None = None) -> PackReport:
     )
 
 
-def _dictionary_bytes(pack_reader: PackReader | None) -> int:
+def _dictionary_bytes(pack_reader: LocalPack | None) -> int:
     if pack_reader is None or pack_reader.dictionary_oid is None:
         return 0
     return len(pack_reader.read(pack_reader.dictionary_oid)[1])

@@ -27,11 +27,12 @@ from ...objects import (
     parse_canonical,
     require_oid,
 )
+from ...packs import BlockCache, PackedObject
+from ...packs.merging import packs_to_merge
 from ..base import ObjectStore
 from .fsutil import fsync_dir, storage_errors, temp_name, write_all
 from .gclock import WritersLock
-from .merging import packs_to_merge, write_merged_pack
-from .packs import BlockCache, PackedObject, PackReader, write_pack
+from .packs import LocalPack, remove_pack_files, write_merged_pack, write_pack
 
 PACK_THRESHOLD = 64
 """A put_many of at least this many new objects is written as a pack."""
@@ -48,8 +49,8 @@ class LocalObjectStore(ObjectStore):
         self._loose_prefix = f"{self.loose_dir}{os.sep}"
         self.packs_dir = root / "packs"
         self.cache = BlockCache()
-        self._packs: dict[str, PackReader] = {}
-        self._last_found: PackReader | None = None
+        self._packs: dict[str, LocalPack] = {}
+        self._last_found: LocalPack | None = None
         self._merging_failed = False
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
@@ -84,7 +85,7 @@ class LocalObjectStore(ObjectStore):
                 self._last_found = None
             for name in sorted(names - set(self._packs)):
                 try:
-                    self._packs[name] = PackReader(
+                    self._packs[name] = LocalPack(
                         self.packs_dir / f"{name}.idx", self.codec.max_object_size, self.cache
                     )
                     changed = True
@@ -93,29 +94,29 @@ class LocalObjectStore(ObjectStore):
             self._packs_stamp = stamp
             return changed
 
-    def packs(self) -> list[PackReader]:
+    def packs(self) -> list[LocalPack]:
         """The packs currently known (refreshes first)."""
         self.refresh_packs()
         with self._lock:
             return list(self._packs.values())
 
-    def _find_in_packs(self, oid: str) -> PackReader | None:
+    def _find_in_packs(self, oid: str) -> LocalPack | None:
         found = self._locate(oid)
         return None if found is None else found[0]
 
-    def _locate(self, oid: str) -> tuple[PackReader, int] | None:
+    def _locate(self, oid: str) -> tuple[LocalPack, int] | None:
         """The pack holding ``oid`` and its position there. The pack of the last hit is
         searched first: objects read together (a thread's chain) were packed together."""
         raw = bytes.fromhex(oid)
         last = self._last_found
         if last is not None:
-            position = last._position(raw)
+            position = last.index.position(raw)
             if position >= 0:
                 return last, position
         for pack in list(self._packs.values()):
             if pack is last:
                 continue
-            position = pack._position(raw)
+            position = pack.index.position(raw)
             if position >= 0:
                 self._last_found = pack
                 return pack, position
@@ -222,7 +223,7 @@ class LocalObjectStore(ObjectStore):
             return False
         return True
 
-    def _freshen_pack(self, pack: PackReader) -> None:
+    def _freshen_pack(self, pack: LocalPack) -> None:
         """Mark a pack as just written (at most once a minute): gc treats its objects as
         no older than the pack file's mtime."""
         now = time.monotonic()
@@ -248,7 +249,7 @@ class LocalObjectStore(ObjectStore):
         for pack in self.packs():
             position = pack.position(oid)
             if position >= 0:
-                data = pack.canonical_at(position, oid)
+                data = pack.canonical_at(position)
                 parse_canonical(oid, data)
                 return data, max(pack.time_at(position), pack.file_time())
         try:
@@ -330,14 +331,9 @@ class LocalObjectStore(ObjectStore):
                     self.remove_pack(old)
             return len(chosen)
 
-    def remove_pack(self, pack: PackReader) -> None:
+    def remove_pack(self, pack: LocalPack) -> None:
         """Delete a pack: its index first, so no reader finds an index without data."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(pack.index_path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(pack.pack_path)
-        if self.durable:
-            fsync_dir(self.packs_dir)
+        remove_pack_files(self.packs_dir, pack.name, self.durable)
         self.refresh_packs()
 
     def usage(self) -> dict[str, int]:
@@ -374,7 +370,7 @@ class LocalObjectStore(ObjectStore):
                 located = self._locate(oid)
                 if located is not None:
                     pack, position = located
-                    return parse_canonical(oid, pack.canonical_at(position, oid))
+                    return parse_canonical(oid, pack.canonical_at(position))
                 found = self._read_loose(oid)
                 if found is not None:
                     return found

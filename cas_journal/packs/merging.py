@@ -8,17 +8,17 @@ objects as all smaller ones together. What remains keeps that ratio, so merged p
 grow at least threefold from one to the next and their number stays logarithmic in
 the objects they hold. An object is rewritten only when its pack at least grows by
 half, so merging costs O(log n) rewrites per object, and a rewrite copies compressed
-blocks as they are (checked, not recompressed).
-Packs written by ``pack`` or gc (maintained) and batch packs of ``MERGE_LIMIT`` objects
-or more are left to ``pack``, which bounds the pause a merge can add to a commit.
+blocks as they are (``PackWriter.copy_blocks``: checked, not recompressed).
+Maintained packs (written by pack or gc) and batch packs of ``MERGE_LIMIT`` objects or
+more are left to ``pack``, which bounds the pause a merge can add to a commit.
+
+This module only chooses; a backend writes the merged pack and retires the old ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-
-from .packs import PackReader, copy_packs
+from typing import Protocol, TypeVar
 
 MERGE_FACTOR = 2
 """A pack is kept as it is if it holds at least this many times all smaller ones."""
@@ -29,7 +29,23 @@ MERGE_LIMIT = 1 << 18
 """Batch packs holding at least this many objects are not merged automatically."""
 
 
-def packs_to_merge(packs: Sequence[PackReader]) -> list[PackReader]:
+class MergeCandidate(Protocol):
+    """What the policy needs to know of a pack (a PackReader has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def maintained(self) -> bool: ...
+
+
+P = TypeVar("P", bound=MergeCandidate)
+
+
+def packs_to_merge(packs: Sequence[P]) -> list[P]:
     """The batch packs to merge now (none, or at least two of the smallest)."""
     candidates = sorted(
         (p for p in packs if not p.maintained and p.count < MERGE_LIMIT),
@@ -51,9 +67,3 @@ def merge_prefix(counts: Sequence[int]) -> int:
             prefix = index + 1
         total += count
     return prefix if prefix >= 2 else 0
-
-
-def write_merged_pack(directory: Path, packs: Sequence[PackReader], durable: bool) -> Path | None:
-    """Write the blocks of ``packs`` as one new batch pack, oldest pack first (so a
-    thread's chain stays in order); return its index path."""
-    return copy_packs(directory, sorted(packs, key=lambda p: (p.file_time(), p.name)), durable)
