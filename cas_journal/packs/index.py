@@ -41,10 +41,10 @@ binary-search the fanout range, so a lookup touches a handful of index pages.
 from __future__ import annotations
 
 import itertools
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import blake3
 
@@ -75,12 +75,8 @@ MAX_U32 = 2**32 - 1
 _ZERO_OID = bytes(32)
 
 
-class Buffer(Protocol):
-    """What an index is decoded from: bytes, a memoryview or an mmap (sliced to bytes)."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, key: slice, /) -> bytes: ...
+Buffer = bytes | mmap.mmap
+"""What an index is decoded from: bytes, or an mmap of the index file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +152,7 @@ class PackIndex:
         self._places_at = self._oids_at + count * 32
         self._times_at = self._places_at + count * PLACE.size
         self._blocks_at = self._times_at + count * TIME.size
+        self._checked_blocks: dict[int, BlockEntry] = {}
 
     # -- lookup --------------------------------------------------------------------------
 
@@ -215,19 +212,22 @@ class PackIndex:
         """When the object at a sorted position was last written (unix seconds)."""
         self._check_position(position)
         at = self._times_at + position * TIME.size
-        value: int = TIME.unpack(self._data[at : at + TIME.size])[0]
+        value: int = TIME.unpack_from(self._data, at)[0]
         return value
 
     def block(self, number: int) -> BlockEntry:
         """Block ``number``, checked to lie inside the pack data."""
+        checked = self._checked_blocks.get(number)
+        if checked is not None:
+            return checked
         if not 0 <= number < self.block_count:
             raise CorruptObject(
                 f"pack {self.name}: a place names block {number} of {self.block_count}"
             )
-        at = self._blocks_at + number * BLOCK.size
-        entry = BlockEntry(*BLOCK.unpack(self._data[at : at + BLOCK.size]))
+        entry = BlockEntry(*BLOCK.unpack_from(self._data, self._blocks_at + number * BLOCK.size))
         if entry.offset < len(PACK_MAGIC) or entry.end > self.pack_size:
             raise CorruptObject(f"pack {self.name}: block {number} points outside its pack data")
+        self._checked_blocks[number] = entry
         return entry
 
     def blocks(self) -> list[BlockEntry]:
@@ -238,11 +238,15 @@ class PackIndex:
         """``(block number, block, offset, length)`` of the object at a sorted position,
         checked: it lies inside its block's content, and a block larger than
         ``MAX_SHARED_BLOCK`` is filled by this one object."""
-        self._check_position(position)
-        at = self._places_at + position * PLACE.size
-        number, offset, length = PLACE.unpack(self._data[at : at + PLACE.size])
+        if not 0 <= position < self.count:
+            raise CorruptObject(f"pack {self.name}: no object at position {position}")
+        number, offset, length = PLACE.unpack_from(
+            self._data, self._places_at + position * PLACE.size
+        )
         block = self.block(number)
-        check_place(self.name, block, number, offset, length)
+        raw = block.raw_length
+        if offset + length > raw or (raw > MAX_SHARED_BLOCK and (offset or length != raw)):
+            check_place(self.name, block, number, offset, length)
         return number, block, offset, length
 
     def entries(self) -> list[IndexEntry]:
