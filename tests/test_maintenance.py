@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from copies_contract import StoredCopiesContract
 from journal_helpers import ReadCounter, stored, user
 
 import cas_journal as cj
+from cas_journal.backends import LocalStore, Store
 from cas_journal.backends.local.packs import LocalPack
 from cas_journal.maintenance import fsck, gc, pack, stats
-from cas_journal.maintenance import packer as pack_module
 from cas_journal.objects import Kind, ObjectCodec, canonical_json
 
 
@@ -127,7 +128,7 @@ def test_a_crash_mid_pack_leaves_a_valid_store(j, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed after the new pack was written")
 
-    monkeypatch.setattr(pack_module, "remove_loose", crash)
+    monkeypatch.setattr(j.store.stored_copies, "delete_loose", crash)
     with pytest.raises(KeyboardInterrupt):
         pack(j.store)
     monkeypatch.undo()
@@ -357,3 +358,150 @@ def test_gc_removes_temp_files_left_by_killed_writers(j):
     report = gc(j.store)
     assert report.temp_files_removed == 1
     assert not leftover.exists() and fresh.exists()
+
+
+# -- the stored-copies contract on the local store ------------------------------------------
+
+
+class TestLocalStoredCopies(StoredCopiesContract):
+    """Loose files and pack files."""
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        opened = LocalStore(tmp_path / "s", durable=False)
+        yield opened
+        opened.close()
+
+    def reopen(self, store: Store) -> Store:
+        assert isinstance(store, LocalStore)
+        return LocalStore(store.root, durable=False, create=False)
+
+    def damage_loose(self, store: Store, oid: str) -> None:
+        assert isinstance(store, LocalStore)
+        path = Path(store.objects.loose_path(oid))
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x5A
+        path.chmod(0o644)
+        path.write_bytes(bytes(data))
+
+
+# -- gc over stored copies: order of work and the closure invariant ------------------------
+
+
+class Recorder:
+    """Wraps a store's stored copies: records each primitive called and, after every
+    removal, checks that each object still stored finds everything it references."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        self.broken: list[str] = []
+        copies = store.stored_copies
+        assert copies is not None
+        for name in ("delete_loose", "retire_packs", "write_pack", "loosen"):
+            monkeypatch.setattr(copies, name, self._wrap(store, name, getattr(copies, name)))
+
+    def _wrap(self, store, name, real):
+        def wrapper(*args, **kwargs):
+            result = real(*args, **kwargs)
+            self.calls.append(name)
+            if name in ("delete_loose", "retire_packs"):
+                self.broken += closure_problems(store)
+            return result
+
+        return wrapper
+
+
+def closure_problems(store: Store) -> list[str]:
+    from cas_journal.objects import typed_references
+
+    problems = []
+    present = set(store.objects.iter_oids())
+    for oid in present:
+        kind, body = store.objects.get(oid)
+        for ref, _ in typed_references(kind, body, oid):
+            if ref not in present:
+                problems.append(f"{oid} references missing {ref}")
+    return problems
+
+
+def batch_of(j: cj.Journal, thread: str, tag: str, count: int = 70) -> None:
+    with j.batch(thread) as b:
+        for i in range(count):
+            b.append(
+                cj.Entry(
+                    type=cj.EntryType.USER_MESSAGE,
+                    message=cj.Message(role="user", content=f"{tag} {i}"),
+                )
+            )
+
+
+def test_gc_frees_space_before_it_writes(j, monkeypatch):
+    """Issue 16 item 8: loose garbage and packs holding only garbage go first, without
+    any write; only then are packs that mix garbage and live objects rewritten."""
+    build(j)
+    j.create_thread(cj.ThreadMeta(id="doomed"))
+    batch_of(j, "doomed", "doomed batch")  # a batch pack of garbage only
+    user(j, "doomed", "a loose garbage entry after the batch")
+    pack(j.store)  # one maintained pack: live and (after the deletes) garbage
+    j.create_thread(cj.ThreadMeta(id="doomed2"))
+    batch_of(j, "doomed2", "second doomed batch")
+    user(j, "doomed2", "loose garbage")
+    j.delete_thread("fork1")
+    j.delete_thread("doomed")
+    j.delete_thread("doomed2")
+    recorder = Recorder(j.store, monkeypatch)
+    report = gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
+    assert recorder.broken == []
+    first_write = recorder.calls.index("write_pack")
+    assert "delete_loose" in recorder.calls[:first_write]
+    assert "retire_packs" in recorder.calls[:first_write]  # the batch pack of garbage
+    assert report.packs_removed == 2 and report.packs_rewritten == 1
+    assert closure_problems(j.store) == []
+    assert fsck(reopen(j).store).ok
+
+
+def test_gc_through_a_cycle_of_packs_and_loose_objects(tmp_path, monkeypatch):
+    """A merged pack holds the batch before a loose entry and the batch after it, so its
+    garbage and the loose garbage reference each other both ways: gc loosens what it
+    must and never leaves an object referencing one gone."""
+    from cas_journal.packs import merging
+
+    monkeypatch.setattr(merging, "MERGE_MIN_PACKS", 1)
+    journal = cj.Journal.open(tmp_path / "s", durable=False)
+    journal.create_thread(cj.ThreadMeta(id="keep"))
+    user(journal, "keep", "kept")
+    journal.create_thread(cj.ThreadMeta(id="t"))
+    batch_of(journal, "t", "first")
+    middle = user(journal, "t", "a loose entry between two batches")
+    batch_of(journal, "t", "second")  # merged with the first: one pack on both sides
+    assert len(journal.store.objects.packs()) == 1
+    assert Path(journal.store.objects.loose_path(middle.id)).exists()
+    journal.delete_thread("t")
+    recorder = Recorder(journal.store, monkeypatch)
+    report = gc(journal.store, prune_now=True, reflog_expiry=timedelta(0))
+    assert recorder.broken == []
+    assert "loosen" in recorder.calls
+    assert report.deleted_objects >= 2 * 70 * 2
+    assert not journal.store.objects.has(middle.id)
+    assert journal.path("keep")[0].message.content == "kept"
+    assert fsck(journal.store).ok
+    journal.close()
+
+
+def test_gc_keeps_a_pack_a_writer_freshens_meanwhile(j, monkeypatch):
+    build(j)
+    pack(j.store)
+    j.delete_thread("fork2")
+    copies = j.store.stored_copies
+    real = copies.retire_packs
+
+    def freshen_first(names, older_than):
+        for reader in j.store.objects.packs():
+            reader.freshen()  # a writer reuses an object of every pack right now
+        return real(names, older_than)
+
+    monkeypatch.setattr(copies, "retire_packs", freshen_first)
+    before = snapshot(j)
+    gc(j.store, reflog_expiry=timedelta(0), now=datetime.now(UTC) + timedelta(hours=2))
+    assert fsck(reopen(j).store).ok
+    assert snapshot(reopen(j)) == before

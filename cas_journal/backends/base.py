@@ -29,6 +29,7 @@ from types import TracebackType
 
 from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
 from ..objects import Kind, ObjectCodec, is_oid, object_id
+from .copies import StoredCopies
 
 MAX_REF_VALUE_BYTES = 64 * 1024
 
@@ -247,6 +248,9 @@ class Store(abc.ABC):
     durable: bool
     url: str
     capabilities: Capabilities = Capabilities()
+    stored_copies: StoredCopies | None = None
+    """The backend's own copies, for pack, gc and fsck (set when
+    ``capabilities.stored_copies``; see ``backends.copies``)."""
 
     def commit(
         self,

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..backends import Store
-from ..backends.local.objects import LocalObjectStore, verify_loose_file
 from ..errors import CorruptRef, JournalError
 from ..journal.leases import decode_lease
 from ..journal.state import LEASE_PREFIX
-from ..objects import Kind, parse_canonical, typed_references
+from ..objects import Kind, typed_references
 from .reports import FsckReport, Problem, Progress
 from .walk import ROOT_PREFIXES, walk
 
@@ -86,38 +85,21 @@ def _check_leases(store: Store, problem: Report) -> None:
 
 def _copies(store: Store, report: FsckReport, problem: Report) -> Iterator[tuple[str, Kind | None]]:
     """Every stored copy of every object, verified: ``(oid, kind or None if damaged)``."""
-    objects = store.objects
-    if isinstance(objects, LocalObjectStore):
-        for pack in objects.packs():
-            report.packs_checked += 1
-            if not pack.verify_trailer():
-                problem(pack.name, "pack index checksum does not match its content")
-            previous = b""
-            for position in range(pack.count):
-                oid = pack.oid_at(position)
-                raw = bytes.fromhex(oid)
-                if raw <= previous:
-                    problem(pack.name, f"index is not sorted at position {position}")
-                previous = raw
-                try:
-                    kind, _ = parse_canonical(oid, pack.canonical_at(position))
-                    yield oid, kind
-                except JournalError as exc:
-                    problem(oid, f"in {pack.name}: {exc}")
-                    yield oid, None
-        for oid, path in objects.iter_loose():
-            try:
-                verify_loose_file(oid, path, objects.codec)
-                yield oid, objects.codec.decode(oid, path.read_bytes())[0]
-            except FileNotFoundError:
-                continue  # packed and removed meanwhile
-            except JournalError as exc:
-                problem(oid, f"loose copy: {exc}")
-                yield oid, None
+    if store.capabilities.stored_copies and store.stored_copies is not None:
+        for check in store.stored_copies.verify():
+            if check.oid is None:  # the pack as a whole
+                report.packs_checked += 1
+                if check.problem is not None:
+                    problem(check.where, check.problem)
+                continue
+            if check.problem is not None:
+                where = "" if check.where == "loose" else f"in {check.where}: "
+                problem(check.oid, where + check.problem)
+            yield check.oid, check.kind
         return
-    for oid in objects.iter_oids():
+    for oid in store.objects.iter_oids():
         try:
-            yield oid, objects.get(oid)[0]
+            yield oid, store.objects.get(oid)[0]
         except JournalError as exc:
             problem(oid, str(exc))
             yield oid, None

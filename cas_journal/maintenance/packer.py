@@ -1,27 +1,30 @@
-"""pack: move loose objects and every pack into one new pack, compressed with a trained dictionary.
+"""pack: every stored copy into one new pack, compressed with a trained dictionary.
 
 Small objects compress poorly one zstd frame at a time, so a pack groups consecutive
 objects (in the order of ``layout.pack_order``) into blocks and compresses each block
-with a zstd dictionary trained on the store's own objects; the dictionary is stored in
-the pack. The new pack and its index are complete and synced before any loose object
-or old pack is removed, so a crash at any point leaves a valid store (at worst with
-duplicates, which the next pack removes).
+with a zstd dictionary trained on the store's own objects, kept only when a measurement
+says it pays; the dictionary is stored in the pack. The new pack is complete and
+published before any loose copy or old pack goes, so a crash at any point leaves a
+valid store (at worst with duplicates, which the next pack removes).
+
+Damage does not stop it: an object with no intact copy cannot be packed, so its copies
+stay where they are (the loose file, or the whole pack holding it) and fsck keeps
+reporting it, while everything intact is packed.
+
+Works on any backend with ``capabilities.stored_copies`` (see ``backends.copies``);
+the algorithms here (order, dictionary) are the backend's concern no further.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import zstandard
 
 from ..backends import Store
-from ..backends.local.fsutil import fsync_dir, storage_errors
-from ..backends.local.objects import LocalObjectStore
-from ..backends.local.packs import LocalPack, write_pack
-from ..errors import InvalidInputError
+from ..backends.copies import PackOptions, StoredCopies, WrittenPack
+from ..errors import InvalidInputError, JournalError
 from ..objects import Kind, canonical_form, object_id
 from ..packs import PackedObject
 from .layout import pack_order
@@ -37,23 +40,26 @@ DICTIONARY_MIN_SAMPLES = 64
 SMALL_OBJECT = 16 * 1024
 
 
-def local_objects(store: Store) -> LocalObjectStore:
-    """The local object store of ``store``; InvalidInputError for other backends."""
-    if not isinstance(store.objects, LocalObjectStore):
+def stored_copies(store: Store) -> StoredCopies:
+    """The store's own copies; InvalidInputError for a backend that keeps none."""
+    if not store.capabilities.stored_copies or store.stored_copies is None:
         raise InvalidInputError(
-            f"{store.url}: packing applies to local stores only (this backend keeps one "
-            "object per key and needs no packing)"
+            f"{store.url}: this backend keeps no copies of its own to pack or verify "
+            "one by one (every object is stored once, as it is)"
         )
-    return store.objects
+    return store.stored_copies
 
 
-def train_dictionary(objects: LocalObjectStore, order: list[str]) -> PackedObject | None:
+def train_dictionary(copies: StoredCopies, order: list[str]) -> PackedObject | None:
     """A zstd dictionary trained on a spread of the store's small objects (or None)."""
     samples: list[bytes | bytearray | memoryview] = []
     total = 0
     step = max(1, len(order) // 4000)
     for oid in order[::step]:
-        data, _ = objects.canonical(oid)
+        try:
+            data = copies.read_canonical(oid)
+        except JournalError:
+            continue  # damaged: fsck reports it; it is not a sample
         if len(data) <= SMALL_OBJECT:
             samples.append(data)
             total += len(data)
@@ -93,98 +99,62 @@ def _dictionary_pays(
     return saved * scale > 2 * cost
 
 
-def repack(
-    store: Store,
-    keep: Iterable[str],
-    progress: Progress | None = None,
-    level: int = PACK_LEVEL,
-    block_size: int = PACK_BLOCK_SIZE,
-) -> tuple[LocalPack | None, list[LocalPack], int]:
-    """Write ``keep`` as one new pack; return it, the packs it replaces, and their bytes.
-
-    The caller removes the old packs and loose copies once it has checked the result.
-    """
-    objects = local_objects(store)
-    old = objects.packs()
-    old_bytes = sum(_size(pack.pack_path) + _size(pack.index_path) for pack in old)
-    order = pack_order(store, keep)
-    dictionary = train_dictionary(objects, order)
-
-    def stream() -> Iterator[PackedObject]:
-        for done, oid in enumerate(order, 1):
-            data, when = objects.canonical(oid)
-            if progress is not None and (done % 1000 == 0 or done == len(order)):
-                progress("packing", done, len(order))
-            yield PackedObject(oid, data, when)
-
-    objects.packs_dir.mkdir(exist_ok=True)
-    index = write_pack(
-        objects.packs_dir, stream(), objects.durable, block_size, level, dictionary, True
+def write_ordered_pack(
+    store: Store, copies: StoredCopies, oids: Iterable[str], progress: Progress | None = None
+) -> WrittenPack:
+    """Write ``oids`` as one new maintained pack in pack order, with a dictionary when
+    it pays. Nothing is removed; objects without an intact copy are skipped."""
+    order = pack_order(store, oids)
+    options = PackOptions(
+        level=PACK_LEVEL, block_size=PACK_BLOCK_SIZE, dictionary=train_dictionary(copies, order)
     )
-    objects.refresh_packs()
-    new = None
-    if index is not None:
-        new = next(p for p in objects.packs() if p.index_path == index)
-        missing = [oid for oid in order if new.position(oid) < 0]
-        if missing:
-            raise RuntimeError(f"new pack lacks {len(missing)} objects; nothing was removed")
-    return new, [p for p in old if new is None or p.name != new.name], old_bytes
-
-
-def remove_loose(objects: LocalObjectStore, oids: Iterable[str]) -> None:
-    """Delete the loose copies of objects that are now packed."""
-    directories: set[str] = set()
-    for oid in oids:
-        path = objects.loose_path(oid)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-            directories.add(os.path.dirname(path))
-    if objects.durable:
-        for directory in directories:
-            fsync_dir(directory)
-
-
-def _size(path: os.PathLike[str] | str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
+    return copies.write_pack(order, options, progress)
 
 
 def pack(store: Store, *, progress: Progress | None = None) -> PackReport:
-    """Pack every loose object and merge every pack into one (a no-op if already so)."""
+    """Pack every loose copy and merge every pack into one (a no-op if already so)."""
     started = time.monotonic()
-    objects = local_objects(store)
-    with storage_errors("packing"), objects.maintenance_lock():
-        packs = objects.packs()
-        loose = [oid for oid, _ in objects.iter_loose()]
-        before = objects.usage()
+    copies = stored_copies(store)
+    with copies.maintenance_lock():
+        packs = copies.packs()
+        loose: set[str] = set()
+        packed: dict[str, set[str]] = {}  # oid -> the packs holding it
+        for copy in copies.scan():
+            if copy.pack is None:
+                loose.add(copy.oid)
+            else:
+                packed.setdefault(copy.oid, set()).add(copy.pack)
+        before = store.objects.usage()
         bytes_before = before["loose_bytes"] + before["packed_bytes"]
         if not loose and (not packs or (len(packs) == 1 and packs[0].maintained)):
             return PackReport(bytes_before=bytes_before, bytes_after=bytes_before)
         dictionaries = {p.dictionary_oid for p in packs if p.dictionary_oid}
-        keep = (set(loose) | {oid for p in packs for oid in p.iter_oids()}) - dictionaries
-        new, old, _ = repack(store, keep, progress)
-        remove_loose(objects, loose)
-        # only the packs whose objects are in ``keep``: a writer may have published a
-        # batch pack since they were listed, and that one is not in the new pack
-        listed = {p.name for p in packs}
-        for pack_reader in old:
-            if pack_reader.name in listed:
-                objects.remove_pack(pack_reader)
-        after = objects.usage()
+        written = write_ordered_pack(store, copies, (loose | set(packed)) - dictionaries, progress)
+        new = written.pack
+        # damaged objects keep every copy they have; everything else is now in ``new``
+        copies.delete_loose(loose - written.skipped, None)
+        keep = {name for oid in written.skipped for name in packed.get(oid, ())}
+        if new is not None:
+            keep.add(new.name)
+        # only the packs listed above: a writer may have published a batch pack since,
+        # and that one is not in the new pack
+        old = [p.name for p in packs if p.name not in keep]
+        copies.retire_packs(old, None)
+        after = store.objects.usage()
     return PackReport(
-        objects=new.count if new else 0,
-        loose_objects_packed=len(loose),
+        objects=new.objects if new else 0,
+        loose_objects_packed=len(loose - written.skipped),
         packs_merged=len(old),
         bytes_before=bytes_before,
         bytes_after=after["loose_bytes"] + after["packed_bytes"],
-        dictionary_bytes=_dictionary_bytes(new),
+        dictionary_bytes=_dictionary_bytes(copies, new.dictionary_oid if new else None),
+        damaged_objects_left=len(written.skipped),
         seconds=round(time.monotonic() - started, 3),
     )
 
 
-def _dictionary_bytes(pack_reader: LocalPack | None) -> int:
-    if pack_reader is None or pack_reader.dictionary_oid is None:
+def _dictionary_bytes(copies: StoredCopies, oid: str | None) -> int:
+    if oid is None:
         return 0
-    return len(pack_reader.read(pack_reader.dictionary_oid)[1])
+    data = copies.read_canonical(oid)
+    return len(data) - data.index(b"\0") - 1

@@ -20,6 +20,8 @@ class PackReport(BaseModel):
     bytes_before: int = 0
     bytes_after: int = 0
     dictionary_bytes: int = 0
+    damaged_objects_left: int = 0
+    """Objects with no intact copy: left where they were (fsck reports them)."""
     seconds: float = 0.0
 
 
@@ -35,6 +37,9 @@ class GcReport(BaseModel):
     """Unreachable objects younger than the grace period (a writer may be linking them)."""
     reflog_entries_expired: int = 0
     packs_rewritten: int = 0
+    """Packs removed after their live objects were written to a new pack."""
+    packs_removed: int = 0
+    """Packs removed (those rewritten, and those that held nothing live)."""
     temp_files_removed: int = 0
     """Temp files left by killed writers, older than the grace period (local stores)."""
     seconds: float = 0.0

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ...errors import CorruptObject, ObjectNotFound
+from ...errors import CorruptObject, JournalError, ObjectNotFound, StorageError
 from ...objects import (
     Kind,
     ObjectCodec,
@@ -32,7 +32,7 @@ from ...packs.merging import packs_to_merge
 from ..base import ObjectStore
 from .fsutil import fsync_dir, storage_errors, temp_name, write_all
 from .gclock import WritersLock
-from .packs import LocalPack, remove_pack_files, write_merged_pack, write_pack
+from .packs import LocalPack, open_regular, remove_pack_files, write_merged_pack, write_pack
 
 PACK_THRESHOLD = 64
 """A put_many of at least this many new objects is written as a pack."""
@@ -50,6 +50,7 @@ class LocalObjectStore(ObjectStore):
         self.packs_dir = root / "packs"
         self.cache = BlockCache()
         self._packs: dict[str, LocalPack] = {}
+        self._unreadable: dict[str, str] = {}
         self._last_found: LocalPack | None = None
         self._merging_failed = False
         self._packs_stamp: tuple[int, int] | None = None
@@ -83,16 +84,31 @@ class LocalObjectStore(ObjectStore):
                 changed = True
             if self._last_found is not None and self._last_found.name not in names:
                 self._last_found = None
+            for gone in set(self._unreadable) - names:
+                del self._unreadable[gone]
             for name in sorted(names - set(self._packs)):
+                index_path = self.packs_dir / f"{name}.idx"
                 try:
                     self._packs[name] = LocalPack(
-                        self.packs_dir / f"{name}.idx", self.codec.max_object_size, self.cache
+                        index_path, self.codec.max_object_size, self.cache
                     )
+                    self._unreadable.pop(name, None)
                     changed = True
                 except FileNotFoundError:
                     continue  # removed by a concurrent repack; the next refresh settles it
+                except (CorruptObject, StorageError) as exc:
+                    if os.path.lexists(index_path):  # not just retired by a concurrent gc
+                        # set aside: every other pack keeps working; fsck reports this one
+                        self._unreadable[name] = str(exc)
             self._packs_stamp = stamp
             return changed
+
+    def unreadable_packs(self) -> dict[str, str]:
+        """Packs set aside because they do not open (damaged index, missing data, not a
+        regular file), with the reason: reads skip them, fsck reports them."""
+        self.refresh_packs()
+        with self._lock:
+            return dict(self._unreadable)
 
     def packs(self) -> list[LocalPack]:
         """The packs currently known (refreshes first)."""
@@ -245,19 +261,34 @@ class LocalObjectStore(ObjectStore):
         return newest
 
     def canonical(self, oid: str) -> tuple[bytes, int]:
-        """The verified canonical form of an object and when it was last written."""
+        """The verified canonical form of an object, from its first intact copy, and
+        when that copy was last written."""
+        return self._intact_copy(oid, None)
+
+    def _intact_copy(self, oid: str, first_error: JournalError | None) -> tuple[bytes, int]:
+        """The canonical form from any intact copy (every pack holding ``oid``, then the
+        loose file) and that copy's write time. A damaged copy is skipped (fsck reports
+        it); if none is intact the first error is raised, ObjectNotFound if none exists."""
         for pack in self.packs():
             position = pack.position(oid)
             if position >= 0:
-                data = pack.canonical_at(position)
-                parse_canonical(oid, data)
-                return data, max(pack.time_at(position), pack.file_time())
+                try:
+                    data = pack.canonical_at(position)
+                    parse_canonical(oid, data)
+                    return data, max(pack.time_at(position), pack.file_time())
+                except CorruptObject as exc:
+                    first_error = first_error or exc
         try:
             frame, when = read_loose_file(self.loose_path(oid), self.codec.max_frame_size)
-        except FileNotFoundError as exc:
-            raise ObjectNotFound(f"object {oid} not found") from exc
-        kind, body = self.codec.decode(oid, frame)
-        return canonical_form(kind, body), when
+            kind, body = self.codec.decode(oid, frame)
+            return canonical_form(kind, body), when
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except JournalError as exc:
+            first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        raise ObjectNotFound(f"object {oid} not found")
 
     def write_guard(self) -> contextlib.AbstractContextManager[None]:
         """Shared hold on the writers' lock (a pruning gc waits for it, see gclock)."""
@@ -370,8 +401,14 @@ class LocalObjectStore(ObjectStore):
                 located = self._locate(oid)
                 if located is not None:
                     pack, position = located
-                    return parse_canonical(oid, pack.canonical_at(position))
-                found = self._read_loose(oid)
+                    try:
+                        return parse_canonical(oid, pack.canonical_at(position))
+                    except CorruptObject as exc:  # another copy may be intact
+                        return parse_canonical(oid, self._intact_copy(oid, exc)[0])
+                try:
+                    found = self._read_loose(oid)
+                except JournalError as exc:
+                    return parse_canonical(oid, self._intact_copy(oid, exc)[0])
                 if found is not None:
                     return found
                 if attempt == 0 and not self.refresh_packs():
@@ -433,7 +470,7 @@ def read_loose_file(path: str, limit: int) -> tuple[bytes, int]:
     """A loose file's bytes and mtime (unix seconds). Reads at most ``limit + 1`` bytes,
     so the decoder refuses an oversized file without it being read whole, and sizes the
     read from the file instead of allocating ``limit`` bytes for every small object."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(path, "object file")
     try:
         stat = os.fstat(fd)
         remaining = min(stat.st_size, limit + 1)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ...errors import StoreFormatError
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
-from ..base import Store
+from ..base import Capabilities, Store
+from .copies import LocalStoredCopies
 from .fsutil import atomic_replace, storage_errors
 from .objects import LocalObjectStore
 from .refs import LocalRefStore
@@ -65,6 +66,8 @@ def _interrupted_init(root: Path) -> bool:
 class LocalStore(Store):
     """A store in a local directory (created if missing unless ``create=False``)."""
 
+    capabilities = Capabilities(object_times=True, stored_copies=True)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -99,6 +102,7 @@ class LocalStore(Store):
                 )
         codec = ObjectCodec(max_object_size=max_object_size)
         self.objects: LocalObjectStore = LocalObjectStore(self.root, codec, durable)
+        self.stored_copies: LocalStoredCopies = LocalStoredCopies(self.objects)
         self.refs: LocalRefStore = LocalRefStore(self.root, durable)
 
     def close(self) -> None:
