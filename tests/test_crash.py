@@ -260,3 +260,72 @@ def test_a_batch_commit_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -
     assert kills >= 20  # the commit and its merge make at least this many calls
     assert overlapping >= 1  # some kills left the merged pack beside the packs it holds
     assert merged_runs >= 1  # and some landed after the old packs were gone
+
+
+def test_gc_over_packs_killed_at_every_call(tmp_path: Path) -> None:
+    """Kill a prune-now gc at its file-system calls while it removes loose garbage, a
+    pack mixing garbage with live objects (which it rewrites) and a merged batch pack
+    whose garbage and a loose object reference each other both ways (which it loosens):
+    after every kill the store is fsck-clean and every live thread reads back whole; an
+    unkilled run leaves no garbage."""
+    import shutil
+
+    from cas_journal.maintenance import pack
+    from cas_journal.packs import merging
+
+    template = tmp_path / "template"
+    saved = merging.MERGE_MIN_PACKS
+    merging.MERGE_MIN_PACKS = 1
+    try:
+        with cj.Journal.open(template, durable=False) as j:
+            for name in ("live", "doomed"):
+                j.create_thread(cj.ThreadMeta(id=name))
+                for i in range(4):
+                    j.append(_entry(name, f"{name} {i}"))
+            pack(j.store)  # live and doomed in one pack
+            j.create_thread(cj.ThreadMeta(id="t"))
+            _batch(j, "first", 30)
+            j.append(_entry("t", "between the batches"))
+            _batch(j, "second", 30)  # merged with the first around the loose entry
+            j.create_thread(cj.ThreadMeta(id="garbage-pack"))
+            with j.batch("garbage-pack") as b:
+                for i in range(40):
+                    b.append(_entry("garbage-pack", f"garbage {i}"))
+            for name in ("doomed", "t", "garbage-pack"):
+                j.delete_thread(name)
+            live = [e.id for e in j.path("live")]
+    finally:
+        merging.MERGE_MIN_PACKS = saved
+    kills = 0
+    for k in range(1, 2000, 9):  # every 9th of its ~300 calls (CI time)
+        store = tmp_path / f"s{k}"
+        shutil.copytree(template, store)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            with cj.Journal.open(store, durable=False) as j:
+                trap = harness.SyscallTrap(k)
+                trap.install()
+                with trap.operation():
+                    gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        with cj.Journal.open(store, durable=False) as j:
+            report = fsck(j.store)
+            assert report.ok, (k, report.problems)
+            assert [e.id for e in j.path("live")] == live, k
+            if not os.WIFSIGNALED(status):
+                assert {t.id for t in j.list_threads(include_archived=True)} == {"live"}
+                assert gc(j.store, prune_now=True, reflog_expiry=timedelta(0)).deleted_objects == 0
+        shutil.rmtree(store)
+        if not os.WIFSIGNALED(status):
+            break
+        kills += 1
+    assert kills >= 25
+
+
+def _entry(thread: str, text: str) -> cj.Entry:
+    return cj.Entry(
+        thread_id=thread,
+        type=cj.EntryType.USER_MESSAGE,
+        message=cj.Message(role="user", content=text),
+    )

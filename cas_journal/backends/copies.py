@@ -26,7 +26,8 @@ killed midway, leaves at worst extra copies:
   freshened at or after a cutoff; the caller orders calls so that no object's last copy
   goes while a remaining object references it;
 * ``loosen``: give packed objects loose copies that keep their write times (so their
-  pack can go before them);
+  pack can go before them); ``write_loose``: store given objects as fresh loose copies,
+  replacing damaged ones (repair); ``set_aside``: move unreadable packs out of the way;
 * ``verify``: every copy decoded and hash-checked, and every pack's own integrity;
 * ``maintenance_lock`` (one pack or gc at a time) and ``writers_paused`` (no writer is
   between storing objects and linking them: what a gc without grace period needs);
@@ -159,6 +160,17 @@ class StoredCopies(abc.ABC):
     def loosen(self, oids: Collection[str]) -> None:
         """Give each object a loose copy (if it has none) holding its canonical form and
         keeping its newest write time, durably before returning."""
+
+    @abc.abstractmethod
+    def write_loose(self, objects: Sequence[PackedObject]) -> None:
+        """Store fresh loose copies of objects given as canonical forms (each checked
+        against its oid first: CorruptObject), replacing any loose copy already there
+        (a damaged one), durably before returning. Repair uses it."""
+
+    @abc.abstractmethod
+    def set_aside(self, names: Collection[str]) -> None:
+        """Move packs that cannot be read out of the store's way (kept for inspection,
+        no longer read or reported). Repair uses it once nothing reachable needs them."""
 
     @abc.abstractmethod
     def verify(self) -> Iterator[CopyCheck]:

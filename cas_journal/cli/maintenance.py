@@ -84,15 +84,32 @@ def gc(
 
 @click.command()
 @click.option("--quick", is_flag=True, help="Check refs and reachability, not every hash.")
+@click.option(
+    "--repair-from",
+    "replica",
+    metavar="REPLICA",
+    help="First restore damaged or missing objects from another store (a path or s3://...).",
+)
 @json_option
 @pass_env
 @click.pass_context
-def fsck(ctx: click.Context, env: Env, quick: bool, as_json: bool) -> None:
+def fsck(ctx: click.Context, env: Env, quick: bool, replica: str | None, as_json: bool) -> None:
     """Check the store; exit status 1 if anything is wrong."""
     from ..maintenance import fsck as run_fsck
+    from .remote import open_location
 
-    with ProgressBars() as progress:
-        report = run_fsck(env.journal().store, quick=quick, progress=progress)
+    source = open_location(replica) if replica else None
+    try:
+        with ProgressBars() as progress:
+            report = run_fsck(
+                env.journal().store,
+                quick=quick,
+                progress=progress,
+                repair_from=source.store if source else None,
+            )
+    finally:
+        if source is not None:
+            source.close()
     if as_json:
         echo_json(model_json(report))
     else:

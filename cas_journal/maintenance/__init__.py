@@ -3,7 +3,8 @@
 from .checker import fsck
 from .collector import gc
 from .packer import pack
-from .reports import FsckReport, GcReport, PackReport, Problem, Progress
+from .repair import repair
+from .reports import FsckReport, GcReport, PackReport, Problem, Progress, RepairReport
 from .statistics import StatsReport, stats
 from .sync import SyncReport, sync
 from .transfer import ImportReport, MalformedExport, export_thread, import_jsonl
@@ -16,6 +17,7 @@ __all__ = [
     "PackReport",
     "Problem",
     "Progress",
+    "RepairReport",
     "StatsReport",
     "SyncReport",
     "export_thread",
@@ -23,6 +25,7 @@ __all__ = [
     "gc",
     "import_jsonl",
     "pack",
+    "repair",
     "stats",
     "sync",
 ]

@@ -17,15 +17,28 @@ from ..errors import CorruptRef, JournalError
 from ..journal.leases import decode_lease
 from ..journal.state import LEASE_PREFIX
 from ..objects import Kind, typed_references
+from .repair import repair
 from .reports import FsckReport, Problem, Progress
 from .walk import ROOT_PREFIXES, walk
 
 Report = Callable[[str, str], None]
 
 
-def fsck(store: Store, *, quick: bool = False, progress: Progress | None = None) -> FsckReport:
-    """Check the store; ``report.ok`` is False and ``report.problems`` says why."""
+def fsck(
+    store: Store,
+    *,
+    quick: bool = False,
+    progress: Progress | None = None,
+    repair_from: Store | None = None,
+) -> FsckReport:
+    """Check the store; ``report.ok`` is False and ``report.problems`` says why.
+
+    With ``repair_from`` (another store holding the same objects, such as a replica
+    kept in sync), damaged and missing objects are first restored from it (see
+    ``repair``); the check then reports what is still wrong."""
     report = FsckReport(quick=quick)
+    if repair_from is not None:
+        report.repair = repair(store, repair_from, progress)
 
     def problem(subject: str, message: str) -> None:
         report.problems.append(Problem(subject=subject, message=message))

@@ -56,9 +56,15 @@ def expire_reflogs(store: Store, cutoff: datetime, dry_run: bool) -> int:
 
 
 def mark(
-    store: Store, reflog_cutoff: datetime | None, progress: Progress | None = None
+    store: Store,
+    reflog_cutoff: datetime | None,
+    progress: Progress | None = None,
+    unreadable: dict[str, Kind] | None = None,
 ) -> set[bytes]:
-    """Everything reachable from refs and from reflog entries newer than the cutoff."""
+    """Everything reachable from refs and from reflog entries newer than the cutoff.
+
+    Without ``unreadable``, a missing or damaged reachable object raises; with it, such
+    objects (and refs that cannot be read) are collected there and the walk goes on."""
     count = 0
 
     def visit(_oid: str, _kind: Kind) -> None:
@@ -67,7 +73,15 @@ def mark(
         if progress is not None and count % 1000 == 0:
             progress("marking", count, None)
 
-    return walk(store, roots(store, reflog_cutoff), visit=visit)
+    if unreadable is None:
+        return walk(store, roots(store, reflog_cutoff), visit=visit)
+
+    def note(subject: str, _message: str) -> None:
+        if subject.startswith(("ref ", "reflog ")):
+            unreadable.setdefault(subject, Kind.THREAD)  # its whole history is unknown
+
+    start = roots(store, reflog_cutoff, on_problem=note)
+    return walk(store, start, on_problem=note, visit=visit, unreadable=unreadable)
 
 
 def protect_young(store: Store, young: Iterable[str], reachable: set[bytes]) -> set[bytes]:
@@ -125,8 +139,15 @@ def _collect(
 ) -> GcReport:
     report = GcReport(dry_run=dry_run)
     report.reflog_entries_expired = expire_reflogs(store, now - reflog_expiry, dry_run)
-    reachable = mark(store, now - reflog_expiry, progress)
+    unreadable: dict[str, Kind] = {}
+    reachable = mark(store, now - reflog_expiry, progress, unreadable)
     report.reachable_objects = len(reachable)
+    report.unreadable_reachable_objects = len(unreadable)
+    # What a structured object (or a ref) that cannot be read references is unknown: any
+    # garbage could be it, so none is deleted until fsck --repair-from (or a deliberate
+    # removal of what is damaged) makes the reachable objects readable again. Missing or
+    # damaged blobs reference nothing: they change nothing here.
+    uncertain = any(kind is not Kind.BLOB for kind in unreadable.values())
     if copies is not None:
         scanned = _scan(copies, reachable)
         ages, sizes = scanned.ages, scanned.sizes
@@ -136,6 +157,9 @@ def _collect(
     garbage = [oid for oid in ages if bytes.fromhex(oid) not in protected]
     report.unreachable_objects = len(ages)
     report.kept_young_objects = len(ages) - len(garbage)
+    if uncertain and garbage:
+        garbage = []
+        report.kept_for_damage = True
     report.deleted_objects = len(garbage)
     report.deleted_bytes = sum(sizes.get(oid, 0) for oid in garbage)
     if dry_run:

@@ -40,6 +40,12 @@ class GcReport(BaseModel):
     """Packs removed after their live objects were written to a new pack."""
     packs_removed: int = 0
     """Packs removed (those rewritten, and those that held nothing live)."""
+    unreadable_reachable_objects: int = 0
+    """Reachable objects (or refs) that are missing or damaged: fsck names them."""
+    kept_for_damage: bool = False
+    """True when nothing was deleted because a reachable structured object (or a ref)
+    could not be read, so what it references is unknown (repair it first:
+    ``fsck --repair-from REPLICA``)."""
     temp_files_removed: int = 0
     """Temp files left by killed writers, older than the grace period (local stores)."""
     seconds: float = 0.0
@@ -52,6 +58,23 @@ class Problem(BaseModel):
     message: str
 
 
+class RepairReport(BaseModel):
+    """What ``repair`` (``fsck --repair-from``) did."""
+
+    damaged: list[str] = Field(default_factory=list)
+    """Objects that had no intact copy here."""
+    missing: list[str] = Field(default_factory=list)
+    """Objects referenced here but absent."""
+    restored: list[str] = Field(default_factory=list)
+    """Objects fetched from the replica and stored again (their dependencies included)."""
+    still_lost: list[str] = Field(default_factory=list)
+    """Damaged or missing objects the replica could not provide intact."""
+    repacked: bool = False
+    """True if damaged packed copies were dropped by repacking."""
+    packs_set_aside: list[str] = Field(default_factory=list)
+    """Packs that could not be read, moved out of the store once nothing needed them."""
+
+
 class FsckReport(BaseModel):
     """The outcome of ``fsck``: ok is False if any problem was found."""
 
@@ -62,3 +85,5 @@ class FsckReport(BaseModel):
     reflog_entries_checked: int = 0
     packs_checked: int = 0
     problems: list[Problem] = Field(default_factory=list)
+    repair: RepairReport | None = None
+    """What ``repair_from`` restored before the check (None without it)."""

@@ -32,6 +32,8 @@ from .fsutil import fsync_dir, storage_errors
 from .objects import LocalObjectStore, read_loose_file
 from .packs import LocalPack, write_pack
 
+QUARANTINE = "quarantine"
+"""Subdirectory of ``packs/`` where ``set_aside`` moves unreadable packs."""
 END_OF_SECOND = 1 - 1e-6
 """Added to whole-second times: a copy stamped second ``s`` may be as new as ``s + 1``."""
 
@@ -181,6 +183,28 @@ class LocalStoredCopies(StoredCopies):
         with storage_errors("loosening objects"):
             for oid in sorted(oids):
                 self.objects.loosen(oid)
+
+    def write_loose(self, objects: Sequence[PackedObject]) -> None:
+        """Write each object to a temp file and rename it over its loose path."""
+        with storage_errors("writing objects"):
+            for obj in objects:
+                kind, body = parse_canonical(obj.oid, obj.data)
+                self.objects.replace_loose(obj.oid, kind, body)
+
+    def set_aside(self, names: Collection[str]) -> None:
+        """Move the packs' files into ``packs/quarantine/``."""
+        objects = self.objects
+        aside = objects.packs_dir / QUARANTINE
+        with storage_errors("setting packs aside"):
+            aside.mkdir(exist_ok=True)
+            for name in names:
+                for suffix in (".idx", ".pack"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(objects.packs_dir / f"{name}{suffix}", aside / f"{name}{suffix}")
+            if objects.durable:
+                fsync_dir(aside)
+                fsync_dir(objects.packs_dir)
+            objects.refresh_packs()
 
     def verify(self) -> Iterator[CopyCheck]:
         """Walk every pack block by block, then decode every loose file."""

@@ -30,7 +30,7 @@ from ...objects import (
 from ...packs import BlockCache, PackedObject
 from ...packs.merging import packs_to_merge
 from ..base import ObjectStore
-from .fsutil import fsync_dir, storage_errors, temp_name, write_all
+from .fsutil import atomic_replace, fsync_dir, storage_errors, temp_name, write_all
 from .gclock import WritersLock
 from .packs import LocalPack, open_regular, remove_pack_files, write_merged_pack, write_pack
 
@@ -308,6 +308,12 @@ class LocalObjectStore(ObjectStore):
         if self.durable:
             for directory in sorted(dirty, key=len, reverse=True):
                 fsync_dir(directory)
+
+    def replace_loose(self, oid: str, kind: Kind, body: bytes) -> None:
+        """Write a loose copy of ``oid`` over the one there (repair of a damaged copy):
+        a temp file renamed into place, synced when durable."""
+        os.makedirs(self._loose_prefix + oid[:2], exist_ok=True)
+        atomic_replace(self.loose_path(oid), self.codec.compress(kind, body), self.durable, 0o444)
 
     @contextlib.contextmanager
     def maintenance_lock(self, wait: bool = True) -> Iterator[bool]:
