@@ -505,3 +505,19 @@ def test_gc_keeps_a_pack_a_writer_freshens_meanwhile(j, monkeypatch):
     gc(j.store, reflog_expiry=timedelta(0), now=datetime.now(UTC) + timedelta(hours=2))
     assert fsck(reopen(j).store).ok
     assert snapshot(reopen(j)) == before
+
+
+def test_gc_deletes_chains_in_one_call_where_deletion_is_atomic(j, monkeypatch):
+    """A backend whose delete_loose is one transaction gets each chain of loose garbage
+    in one call (not one call per level of references); the outcome is the same."""
+    paths = build(j, forks=2, length=12)
+    only_fork1 = set(paths["fork1"]) - set(paths["base"])
+    j.delete_thread("fork1")
+    j.checkpoints.delete("run")
+    monkeypatch.setattr(j.store.stored_copies, "atomic_delete", True)
+    recorder = Recorder(j.store, monkeypatch)
+    report = gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
+    assert recorder.calls.count("delete_loose") == 1
+    assert report.deleted_objects > 20 and recorder.broken == []
+    assert not any(j.store.objects.has(oid) for oid in only_fork1)
+    assert fsck(reopen(j).store).ok

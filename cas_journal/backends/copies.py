@@ -111,6 +111,17 @@ class CopyCheck:
 class StoredCopies(abc.ABC):
     """The primitives a backend that keeps its own copies offers to maintenance."""
 
+    atomic_delete: bool = False
+    """True if ``delete_loose`` removes all the copies it removes in one transaction, and
+    keeps, with any copy it keeps, the given ones that copy references. gc may then
+    delete garbage together with the garbage referencing it in one call, instead of one
+    call per level of references."""
+
+    def begin_collection(self) -> None:  # noqa: B027 - most backends need nothing here
+        """Called by gc, holding the maintenance lock, before it reads anything. A
+        backend may note the moment, to keep in ``delete_loose`` copies that anything
+        written since references. The default does nothing."""
+
     @abc.abstractmethod
     def maintenance_lock(self, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
         """Exclusive across processes: one pack or gc (or merge) at a time; released if
@@ -149,7 +160,8 @@ class StoredCopies(abc.ABC):
     def delete_loose(self, oids: Collection[str], older_than: float | None) -> set[str]:
         """Delete the loose copies of ``oids`` (absent ones are ignored), durably before
         returning; a copy written or freshened at or after ``older_than`` (unix seconds;
-        None: no check) is kept. Returns the oids kept that way."""
+        None: no check) is kept, and so may be any the backend knows to be needed (see
+        ``begin_collection``). Returns the oids kept."""
 
     @abc.abstractmethod
     def retire_packs(self, names: Collection[str], older_than: float | None) -> set[str]:

@@ -121,6 +121,8 @@ def gc(
     if copies is not None:
         pause = copies.writers_paused() if prune_now and not dry_run else contextlib.nullcontext()
         with copies.maintenance_lock(), pause:
+            if not dry_run:
+                copies.begin_collection()  # before anything is read
             report = _collect(store, copies, now, reflog_expiry, young_after, dry_run, progress)
     else:
         report = _collect(store, None, now, reflog_expiry, young_after, dry_run, progress)

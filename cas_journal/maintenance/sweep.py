@@ -164,9 +164,33 @@ class _Sweep:
 
     # -- the three steps -----------------------------------------------------------------
 
+    def delete_loose_at_once(self) -> bool:
+        """On a backend whose ``delete_loose`` is one transaction: delete, in one call,
+        the largest set of loose-only garbage whose active referencers are all in the set
+        (they vanish together). True if any went."""
+        chosen = {
+            oid for oid, where in self.holders.items() if where == {None} and self.active(oid)
+        }
+        pending = list(chosen)
+        while pending:
+            oid = pending.pop()
+            if oid in chosen and any(
+                self.active(ref) and ref not in chosen for ref in self.referencers[oid]
+            ):
+                chosen.discard(oid)
+                pending.extend(ref for ref in self.references[oid] if ref in chosen)
+        if not chosen:
+            return False
+        kept = self.copies.delete_loose(chosen, self.young_after)
+        self.spare(kept)
+        for oid in chosen - self.result.spared:
+            self.holders[oid].discard(None)
+            self.gone(oid)
+        return len(kept) < len(chosen)
+
     def delete_loose_levels(self) -> bool:
         """Delete loose copies whose turn has come, level by level; True if any went."""
-        moved = False
+        moved = self.copies.atomic_delete and self.delete_loose_at_once()
         level = [
             oid
             for oid, where in self.holders.items()
