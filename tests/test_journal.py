@@ -477,3 +477,29 @@ def test_a_stale_listing_entry_never_shows_a_thread_twice(j):
     j.store.refs.set_if_equals(index_key(stale.created_at, "t"), None, "1", log=False)
     j.create_thread(cj.ThreadMeta(id="t", created_at=at(5)))
     assert [t.id for t in j.list_threads()] == ["t"]
+
+
+def test_thread_states_form_a_skip_list(j):
+    from cas_journal.objects import ThreadStateNode, ancestor_at
+
+    j.create_thread(cj.ThreadMeta(id="t"))
+    count = 12 if remote(j) else 70
+    for i in range(count):
+        user(j, "t", f"m{i}")
+    meta = j.thread("t")
+    meta.title = "renamed"
+    j.update_thread(meta)
+    j.move_leaf("t", None)
+    states = [e.new for e in j.store.refs.reflog("threads/t")]  # create, appends, update, move
+
+    def lookup(oid: str) -> ThreadStateNode:
+        kind, body = j.store.objects.get(oid)
+        assert kind is Kind.THREAD
+        return ThreadStateNode.parse(body, oid)
+
+    head = states[-1]
+    assert lookup(head).depth == len(states) - 1
+    for depth, oid in enumerate(states):
+        assert ancestor_at(lookup, head, depth) == oid
+    fork = j.fork("t", new_thread_id="f")  # a new thread's first state starts a new chain
+    assert lookup(j.store.refs.read_ref("threads/f")).depth == 0 and fork.id == "f"

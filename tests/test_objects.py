@@ -250,3 +250,88 @@ def test_fast_entry_body_equals_the_generic_encoding(
     )
     assert node.body() == node.generic_body()
     assert EntryNode.parse(node.body()) == node
+
+
+def test_thread_state_depth_and_skip_must_agree_with_parents():
+    meta = {"id": "t"}
+    bad = [
+        {"meta": meta, "depth": 1},  # a depth needs a parent
+        {"meta": meta, "depth": 2, "parents": ["a" * 64]},  # depth 2 needs a skip pointer
+        {"meta": meta, "depth": 1, "parents": ["a" * 64], "skip": "b" * 64},
+        {"meta": meta, "depth": -1, "parents": ["a" * 64]},
+    ]
+    for value in bad:
+        with pytest.raises(CorruptObject):
+            ThreadStateNode.parse(canonical_json(value))
+    # a state written before states had depths (a parent, no depth) still parses
+    legacy = ThreadStateNode.parse(canonical_json({"meta": meta, "parents": ["a" * 64]}))
+    assert legacy.depth == 0 and legacy.skip is None and legacy.parent == "a" * 64
+    linked = ThreadStateNode(meta, parents=("a" * 64,), depth=3, skip="b" * 64)
+    assert ThreadStateNode.parse(linked.body()) == linked
+    assert "b" * 64 in linked.references()
+    assert ("b" * 64, Kind.THREAD) in linked.typed_references()
+
+
+def _skip_chain(
+    length: int, tag: str, prefix: list[str] | None = None, known: dict | None = None
+) -> tuple[list[str], dict]:
+    """A first-parent chain of thread states with skip pointers, continuing ``prefix``
+    (whose nodes are in ``known``); returns the whole chain and every node."""
+    from cas_journal.objects import ancestor_at
+
+    nodes: dict[str, ThreadStateNode] = dict(known or {})
+    chain = list(prefix or [])
+    for _ in range(length):
+        depth = len(chain)
+        parent = chain[-1] if chain else None
+        skip = ancestor_at(nodes.__getitem__, parent, skip_depth(depth)) if depth >= 2 else None
+        node = ThreadStateNode(
+            {"id": "t", "side": tag},
+            parents=(parent,) if parent else (),
+            depth=depth,
+            skip=skip,
+        )
+        oid = object_id(Kind.THREAD, node.body())
+        nodes[oid] = node
+        chain.append(oid)
+    return chain, nodes
+
+
+@given(st.integers(1, 3000), st.data())
+def test_ancestor_at_follows_skip_pointers_in_logarithmic_reads(length, data):
+    from cas_journal.objects import ancestor_at
+
+    chain, nodes = _skip_chain(length, "x")
+    reads = 0
+
+    def lookup(oid: str) -> ThreadStateNode:
+        nonlocal reads
+        reads += 1
+        return nodes[oid]
+
+    depth = data.draw(st.integers(0, length - 1))
+    assert ancestor_at(lookup, chain[-1], depth) == chain[depth]
+    assert reads <= 4 * length.bit_length() + 4
+    with pytest.raises(ValueError):
+        ancestor_at(lookup, chain[depth], depth + 1)
+
+
+@given(st.integers(1, 600), st.integers(0, 300), st.integers(0, 300))
+def test_meeting_point_of_two_diverged_chains(shared, left, right):
+    from cas_journal.objects import meeting_point
+
+    base, nodes = _skip_chain(shared, "base")
+    a, a_nodes = _skip_chain(left, "a", base, nodes)
+    b, b_nodes = _skip_chain(right, "b", base, nodes)
+    reads = 0
+
+    def remote(oid: str) -> ThreadStateNode:
+        nonlocal reads
+        reads += 1
+        return b_nodes[oid]
+
+    assert meeting_point(a_nodes.__getitem__, a[-1], remote, b[-1]) == base[-1]
+    depth = max(len(a), len(b)).bit_length()
+    assert reads <= 4 * depth * depth + 4
+    unrelated, other = _skip_chain(5, "unrelated")
+    assert meeting_point(a_nodes.__getitem__, a[-1], other.__getitem__, unrelated[-1]) is None

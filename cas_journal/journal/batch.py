@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..backends import NewObject
 from ..errors import ConflictError, InvalidInputError, InvalidParent
-from ..objects import EntryNode, Kind, ThreadStateNode, ensure_utc, format_time, object_id, utc_now
+from ..objects import EntryNode, Kind, ensure_utc, format_time, object_id, utc_now
 from .commit import Update, commit
 from .models import Entry
 from .payload import payload_bytes
@@ -114,7 +114,7 @@ class Batch:
                 )
             assert self._last_time is not None
             meta = dict(head.state.meta, updated_at=format_time(self._last_time))
-            state = ThreadStateNode(meta, self._tip, self._heads(head), (head.state_oid,))
+            state = self.journal.states.successor(head, meta, self._tip, self._heads(head))
             return Update(state, self._objects)
 
         commit(self.journal.states, self.thread_id, build, f"append {len(self.entries)}", base)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from ..backends import ObjectStore
 from ..errors import EntryNotFound, ObjectNotFound
-from ..objects import EntryNode, Kind, is_oid, skip_depth
+from ..objects import EntryNode, Kind, ancestor_at, is_oid
 from .cache import BoundedCache
 
 NODE_CACHE_SIZE = 1 << 17
@@ -59,18 +59,7 @@ class EntryGraph:
             found = pending.get(key) if pending else None
             return found if found is not None else self.node(key)
 
-        node = lookup(oid)
-        if depth > node.depth or depth < 0:
-            raise ValueError(f"no ancestor at depth {depth} of an entry at depth {node.depth}")
-        current = oid
-        while node.depth > depth:
-            if node.skip is not None and skip_depth(node.depth) >= depth:
-                current = node.skip
-            else:
-                assert node.parent is not None
-                current = node.parent
-            node = lookup(current)
-        return current
+        return ancestor_at(lookup, oid, depth)
 
     def contains(self, heads: Iterable[str], oid: str, leaf: str | None = None) -> bool:
         """True if ``oid`` is reachable from any head (the leaf is tried first)."""

@@ -200,9 +200,7 @@ class Journal:
                     "updated_at": explicit_update or utc_now(),
                 }
             )
-            state = ThreadStateNode(
-                meta_to_state(updated), head.leaf, head.state.heads, (head.state_oid,)
-            )
+            state = self.states.successor(head, meta_to_state(updated), head.leaf, head.state.heads)
             return Update(state)
 
         _, head = commit(self.states, meta.id, build, "update")
@@ -322,7 +320,7 @@ class Journal:
             heads.discard(parent or "")
             heads.add(entry_oid)
             meta = dict(head.state.meta, updated_at=format_time(created))
-            state = ThreadStateNode(meta, entry_oid, tuple(heads), (head.state_oid,))
+            state = self.states.successor(head, meta, entry_oid, tuple(heads))
             objects = [
                 NewObject(payload_oid, Kind.BLOB, payload),
                 NewObject(entry_oid, Kind.ENTRY, node_body),
@@ -410,7 +408,7 @@ class Journal:
             if target == head.leaf:
                 return None
             meta = dict(head.state.meta, updated_at=moved_at)
-            return Update(ThreadStateNode(meta, target, head.state.heads, (head.state_oid,)))
+            return Update(self.states.successor(head, meta, target, head.state.heads))
 
         commit(self.states, thread_id, build, "move-leaf")
 

@@ -21,11 +21,13 @@ from ..errors import CorruptObject, CorruptRef, ThreadNotFound
 from ..objects import (
     Kind,
     ThreadStateNode,
+    ancestor_at,
     canonical_json,
     format_time,
     is_oid,
     object_id,
     parse_time,
+    skip_depth,
 )
 from .cache import BoundedCache
 from .models import ThreadMeta
@@ -88,18 +90,32 @@ def meta_from_state(state_oid: str, state: ThreadStateNode) -> ThreadMeta:
     return meta
 
 
+def state_links(
+    lookup: Callable[[str], ThreadStateNode], parent: str, parent_state: ThreadStateNode
+) -> tuple[int, str | None]:
+    """``(depth, skip)`` of a new state whose first parent is ``parent`` (``lookup`` reads
+    a state by oid; it is called O(log depth) times, for the skip pointer)."""
+    depth = parent_state.depth + 1
+    if depth < 2:
+        return depth, None
+    return depth, ancestor_at(lookup, parent, skip_depth(depth))
+
+
 def merge_thread_states(
     leaf_time: Callable[[str], str],
     ours: str,
     our_state: ThreadStateNode,
     theirs: str,
     their_state: ThreadStateNode,
+    lookup: Callable[[str], ThreadStateNode] | None = None,
 ) -> ThreadStateNode:
     """A state joining two diverged histories of one thread; no entry of either is lost.
 
     Heads: the union. Leaf: the newer of the two leaves (``leaf_time`` gives an entry's
     canonical created_at). Metadata: the side with the newer updated_at, keeping the
-    earlier created_at. Parents: both states.
+    earlier created_at. Parents: both states, ours first; with ``lookup`` (oid -> state),
+    the merge continues our first-parent chain (depth and skip pointer), else it starts
+    a new one at depth 0.
     """
     heads = tuple(sorted(set(our_state.heads) | set(their_state.heads)))
     leaves = [leaf for leaf in (our_state.leaf, their_state.leaf) if leaf]
@@ -114,7 +130,8 @@ def merge_thread_states(
     ]
     if created:
         meta["created_at"] = min(created)
-    return ThreadStateNode(meta, leaf, heads, (ours, theirs))
+    depth, skip = state_links(lookup, ours, our_state) if lookup is not None else (0, None)
+    return ThreadStateNode(meta, leaf, heads, (ours, theirs), depth, skip)
 
 
 def index_updates(meta: ThreadMeta, previous: ThreadMeta | None = None) -> list[IndexUpdate]:
@@ -184,6 +201,17 @@ class ThreadStates:
         if state.meta.get("id") != thread_id:
             raise CorruptObject(f"state of thread {thread_id!r} names another thread", value)
         return ThreadHead(thread_id, value, state)
+
+    def successor(
+        self,
+        head: ThreadHead,
+        meta: dict[str, Any],
+        leaf: str | None,
+        heads: tuple[str, ...],
+    ) -> ThreadStateNode:
+        """The state that follows ``head``: its first parent is the head's state."""
+        depth, skip = state_links(self.state, head.state_oid, head.state)
+        return ThreadStateNode(meta, leaf, heads, (head.state_oid,), depth, skip)
 
     def write(self, state: ThreadStateNode) -> tuple[str, bytes]:
         """Encode a new state; returns ``(oid, body)`` for the caller to store."""

@@ -7,8 +7,9 @@ an object points at, which is all that gc, fsck and sync need to know about a ki
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..errors import CorruptObject
 from .canonical import canonical_json, parse_json, parse_time
@@ -30,6 +31,69 @@ def skip_depth(depth: int) -> int:
         n &= n - 1
         return n + 1
     return depth & (depth - 1)
+
+
+class ChainNode(Protocol):
+    """A node of a skip-listed chain: its depth, first parent and skip pointer."""
+
+    @property
+    def depth(self) -> int: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def skip(self) -> str | None: ...
+
+
+N = TypeVar("N", bound=ChainNode)
+
+
+def ancestor_at(lookup: Callable[[str], N], oid: str, depth: int) -> str:
+    """The ancestor of ``oid`` at ``depth`` on its first-parent chain (``oid`` itself at its
+    own depth), in O(log depth) calls of ``lookup`` (oid -> node) through skip pointers.
+
+    ValueError if ``depth`` is not between 0 and the node's depth, or if the chain is
+    inconsistent (a parent whose depth is not one less).
+    """
+    node = lookup(oid)
+    if depth > node.depth or depth < 0:
+        raise ValueError(f"no ancestor at depth {depth} of a node at depth {node.depth}")
+    current = oid
+    while node.depth > depth:
+        below = node.depth
+        if node.skip is not None and skip_depth(below) >= depth:
+            current = node.skip
+        elif node.parent is not None:
+            current = node.parent
+        else:
+            raise ValueError(f"node {current} at depth {below} has no parent")
+        node = lookup(current)
+        if node.depth >= below:
+            raise ValueError(f"node {current} does not lie below its child's depth")
+    if node.depth != depth:
+        raise ValueError(f"the chain skips depth {depth}")
+    return current
+
+
+def meeting_point(
+    lookup_a: Callable[[str], N], a: str, lookup_b: Callable[[str], N], b: str
+) -> str | None:
+    """The newest node the first-parent chains of ``a`` and ``b`` share (None if they
+    share none above depth 0's own nodes), in O(log^2 depth) lookups: the two sides may
+    live in two stores (``lookup_a``, ``lookup_b``), e.g. a local and a remote one.
+
+    Chains only meet where their nodes are equal, and below a shared node they stay
+    equal, so a binary search over depths finds the newest shared one.
+    """
+    depth = min(lookup_a(a).depth, lookup_b(b).depth)
+    lo, hi, found = 0, depth, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        left = ancestor_at(lookup_a, a, mid)
+        if left == ancestor_at(lookup_b, b, mid):
+            found, lo = left, mid + 1
+        else:
+            hi = mid - 1
+    return found
 
 
 class _Reader:
@@ -171,19 +235,39 @@ class EntryNode:
 
 @dataclass(frozen=True, slots=True)
 class ThreadStateNode:
-    """A thread's state: metadata, leaf, every branch head, and the state(s) it follows."""
+    """A thread's state: metadata, leaf, every branch head, and the state(s) it follows.
+
+    ``depth`` counts first-parent steps back to the nearest state of depth 0 (a thread's
+    first state, or a state written before states had depths); from depth 2 on, ``skip``
+    points at the first-parent ancestor at ``skip_depth(depth)``, as entries do, so any
+    ancestor on the first-parent chain is O(log depth) reads away (``ancestor_at``).
+    Both are omitted at zero, so states written without them still parse.
+    """
 
     meta: dict[str, Any]
     leaf: str | None = None
     heads: tuple[str, ...] = ()
     parents: tuple[str, ...] = ()
+    depth: int = 0
+    skip: str | None = None
 
-    FIELDS = frozenset({"meta", "leaf", "heads", "parents"})
+    FIELDS = frozenset({"meta", "leaf", "heads", "parents", "depth", "skip"})
+
+    @property
+    def parent(self) -> str | None:
+        """The first parent (the state this one was written over), if any."""
+        return self.parents[0] if self.parents else None
 
     def body(self) -> bytes:
         """Canonical JSON body of this state."""
         fields = _compact(
-            {"leaf": self.leaf, "heads": sorted(self.heads), "parents": list(self.parents)}
+            {
+                "leaf": self.leaf,
+                "heads": sorted(self.heads),
+                "parents": list(self.parents),
+                "depth": self.depth,
+                "skip": self.skip,
+            }
         )
         fields["meta"] = self.meta
         return canonical_json(fields)
@@ -193,11 +277,13 @@ class ThreadStateNode:
         refs = list(self.parents) + list(self.heads)
         if self.leaf:
             refs.append(self.leaf)
+        if self.skip:
+            refs.append(self.skip)
         return refs
 
     def typed_references(self) -> list[tuple[str, Kind]]:
         """Oids this state points at, with the kind each must be."""
-        refs = [(oid, Kind.THREAD) for oid in self.parents]
+        refs = [(oid, Kind.THREAD) for oid in (*self.parents, *([self.skip] if self.skip else []))]
         refs += [(oid, Kind.ENTRY) for oid in (*self.heads, *([self.leaf] if self.leaf else []))]
         return refs
 
@@ -209,12 +295,19 @@ class ThreadStateNode:
         meta = r.dict_field("meta")
         if not isinstance(meta.get("id"), str) or not meta["id"]:
             raise r.fail("metadata has no thread id")
-        return cls(
+        node = cls(
             meta=meta,
             leaf=r.oid_field("leaf"),
             heads=r.oid_list("heads"),
             parents=r.oid_list("parents"),
+            depth=r.int_field("depth"),
+            skip=r.oid_field("skip"),
         )
+        if node.depth < 0 or (node.depth > 0 and not node.parents):
+            raise r.fail("depth and parents disagree")
+        if (node.skip is not None) != (node.depth >= 2):
+            raise r.fail("skip pointer missing or unexpected")
+        return node
 
 
 @dataclass(frozen=True, slots=True)
