@@ -33,6 +33,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .backends.open import StoreOptions
     from .journal import (
         ArtifactRef,
         Batch,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         ProjectionPurpose,
         Role,
         ThreadMeta,
+        ThreadSnapshot,
         ThreadTitleSource,
         ThreadTitleStatus,
         ToolResultView,
@@ -88,7 +90,9 @@ _LAZY = frozenset(
         "ProjectedSegment",
         "ProjectionPurpose",
         "Role",
+        "StoreOptions",
         "ThreadMeta",
+        "ThreadSnapshot",
         "ThreadTitleSource",
         "ThreadTitleStatus",
         "ToolResultView",
@@ -156,9 +160,11 @@ __all__ = [
     "Role",
     "StorageError",
     "StoreFormatError",
+    "StoreOptions",
     "ThreadExists",
     "ThreadMeta",
     "ThreadNotFound",
+    "ThreadSnapshot",
     "ThreadTitleSource",
     "ThreadTitleStatus",
     "ToolResultView",

@@ -503,3 +503,112 @@ def test_thread_states_form_a_skip_list(j):
         assert ancestor_at(lookup, head, depth) == oid
     fork = j.fork("t", new_thread_id="f")  # a new thread's first state starts a new chain
     assert lookup(j.store.refs.read_ref("threads/f")).depth == 0 and fork.id == "f"
+
+
+# -- options, snapshots, bounded reading, damage --------------------------------------------
+
+
+def test_open_options_are_checked(tmp_path):
+    with pytest.raises(cj.InvalidInputError, match=r"durabel.*valid options: create, durable"):
+        cj.Journal.open(tmp_path / "s", durabel=False)  # type: ignore[call-arg]
+    with pytest.raises(cj.InvalidInputError, match="endpoint_url"):
+        cj.Journal.open(tmp_path / "s", endpoint_url="http://localhost:9000")
+    with pytest.raises(cj.InvalidInputError, match="memory store"):
+        cj.Journal.open("memory://", durable=True)
+    assert not (tmp_path / "s").exists()  # nothing was created by a refused open
+    with cj.Journal.open(tmp_path / "s", durable=False, max_object_size=1024) as j:
+        j.create_thread(cj.ThreadMeta(id="t"))
+        with pytest.raises(cj.InvalidInputError):
+            user(j, "t", "x" * 2000)
+
+
+def test_snapshot_reads_one_state(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    a = user(j, "t", "a")
+    snap = j.snapshot("t")
+    b = assistant(j, "t", "b")
+    assert snap.leaf == a.id and snap.meta.leaf_id == a.id
+    assert contents(snap.path()) == ["a"] and contents(j.path("t")) == ["a", "b"]
+    assert not snap.contains(b.id) and j.snapshot("t").contains(b.id)
+    with pytest.raises(cj.EntryNotFound):
+        snap.entry(b.id)
+    assert snap.heads == (a.id,) and snap.state.leaf == a.id
+    assert snap.resolve(a.id[:10]) == a.id
+
+
+def test_iter_path_walks_back_from_the_leaf_with_a_limit(j):
+    j.create_thread(cj.ThreadMeta(id="t"))
+    entries = [user(j, "t", f"m{i}", now=at(i)) for i in range(30)]
+    assert [e.id for e in j.iter_path("t")] == [e.id for e in reversed(entries)]
+    assert [e.id for e in j.iter_path("t", limit=5)] == [e.id for e in entries[:-6:-1]]
+    middle = entries[10]
+    assert [e.id for e in j.iter_path("t", middle.id, limit=3)] == [e.id for e in entries[10:7:-1]]
+    fresh = cj.Journal(j.store)  # nothing cached: entries are read as the walk goes
+    counter = ReadCounter(fresh)
+    walked = list(fresh.iter_path("t", limit=4))
+    assert walked == entries[:-5:-1]
+    assert counter.reads[Kind.ENTRY] <= 4 + 2 and counter.reads[Kind.BLOB] == 4
+    j.create_thread(cj.ThreadMeta(id="other"))
+    foreign = user(j, "other", "x")
+    with pytest.raises(cj.EntryNotFound):
+        list(j.iter_path("t", foreign.id))
+    assert list(j.iter_path("other", limit=0)) == [foreign]
+
+
+def test_deleted_threads_are_listed_until_restored(j):
+    for tid in ("a", "b"):
+        j.create_thread(cj.ThreadMeta(id=tid))
+    assert j.deleted_threads() == []
+    j.delete_thread("b")
+    assert j.deleted_threads() == ["b"]
+    j.restore_thread("b")
+    assert j.deleted_threads() == []
+
+
+def test_a_damaged_thread_state_is_skipped_and_reported(j):
+    for i, tid in enumerate(("good", "bad", "other")):
+        j.create_thread(cj.ThreadMeta(id=tid, created_at=at(i)))
+        user(j, tid, f"hello {tid}")
+    blob = j.store.objects.put(Kind.BLOB, b"not a thread state")
+    current = j.store.refs.read_ref("threads/bad")
+    assert j.store.refs.set_if_equals("threads/bad", current, blob)
+    damaged: list[tuple[str, Exception]] = []
+    listed = j.list_threads(on_damaged=lambda tid, exc: damaged.append((tid, exc)))
+    assert [t.id for t in listed] == ["other", "good"]
+    assert [tid for tid, _ in damaged] == ["bad"]
+    assert isinstance(damaged[0][1], cj.CorruptObject)
+    assert [t.id for t in j.list_threads()] == ["other", "good"]  # default: a logged warning
+    assert contents(j.path("good")) == ["hello good"]  # other threads keep working
+    with pytest.raises(cj.CorruptObject):
+        j.thread("bad")
+
+
+def test_a_payload_that_does_not_fit_the_model_is_corrupt_not_a_crash(j):
+    from cas_journal.objects import EntryNode, format_time
+
+    payload = b'{"message":5,"type":"user_message"}'
+    payload_oid = j.store.objects.put(Kind.BLOB, payload)
+    node = EntryNode(payload=payload_oid, created_at=format_time(at(0)))
+    entry_oid = j.store.objects.put(Kind.ENTRY, node.body())
+    j.create_thread_with_heads(cj.ThreadMeta(id="t", leaf_id=entry_oid), [entry_oid])
+    with pytest.raises(cj.CorruptObject, match="payload"):
+        j.path("t")
+    with pytest.raises(cj.CorruptObject):
+        list(j.iter_path("t"))
+
+
+def test_entries_read_back_equal_what_was_validated_when_written(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "fixtures"))
+    from make_golden_entries import cases
+
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.create_thread(cj.ThreadMeta(id="t"))
+        written = [j.append(entry.model_copy(update={"thread_id": "t"})) for _, entry in cases()]
+    with cj.Journal.open(tmp_path / "s") as again:
+        read = again.path("t")
+    assert read == written
+    for entry in read:  # the same as a full pydantic validation of the stored data
+        assert cj.Entry.model_validate(entry.model_dump()) == entry

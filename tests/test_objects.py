@@ -335,3 +335,138 @@ def test_meeting_point_of_two_diverged_chains(shared, left, right):
     assert reads <= 4 * depth * depth + 4
     unrelated, other = _skip_chain(5, "unrelated")
     assert meeting_point(a_nodes.__getitem__, a[-1], other.__getitem__, unrelated[-1]) is None
+
+
+# -- the fast canonical encoder against the reference ---------------------------------------
+
+orjson = pytest.importorskip("orjson")  # in the test extra: these tests always run in CI
+
+text_with_edges = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),  # any code point but lone surrogates
+        st.sampled_from(list('\u2028\u2029\x00\x1f\x7f"\\/\b\f\n\r\t\ufeff\uffff')),
+    )
+)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()  # big ints beyond 64 bits included
+    | st.integers(-(2**64), 2**64)
+    | st.floats()  # NaN and infinities included: both must refuse them
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text_with_edges
+)
+keys = text_with_edges | st.integers() | st.booleans() | st.none() | st.floats()
+any_json = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(text_with_edges, inner, max_size=5)
+        | st.dictionaries(keys, inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+def _outcome(encode, value):
+    try:
+        return encode(value)
+    except InvalidInputError:
+        return "refused"
+
+
+@given(any_json)
+def test_fast_encoder_writes_exactly_the_reference_bytes(value):
+    from cas_journal.objects.canonical import reference_json
+
+    assert _outcome(canonical_json, value) == _outcome(reference_json, value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"x": "\ud800"},  # a lone surrogate cannot be UTF-8
+        ["ok", "\udfff"],
+        {"\ud83d": 1},
+        {"x": float("nan")},
+        [float("inf")],
+        {"x": object()},
+        {(1, 2): "tuple key"},
+    ],
+)
+def test_fast_encoder_refuses_what_the_reference_refuses(value):
+    with pytest.raises(InvalidInputError):
+        canonical_json(value)
+
+
+def test_fast_encoder_edge_cases():
+    import uuid
+    from enum import Enum
+
+    class Colour(Enum):
+        RED = "red"
+
+    # types orjson would write but the reference refuses stay refused
+    for value in (uuid.uuid4(), Colour.RED, {"when": __import__("datetime").date(2026, 1, 1)}):
+        with pytest.raises(InvalidInputError):
+            canonical_json(value)
+    assert canonical_json(2**64) == b"18446744073709551616"
+    assert canonical_json(-(2**63) - 1) == b"-9223372036854775809"
+    assert canonical_json([1e16, 1e-5, -0.0, 1.0]) == b"[1e+16,1e-05,-0.0,1.0]"
+    assert canonical_json({2: "b", 1: "a"}) == b'{"1":"a","2":"b"}'  # keys of one type
+    with pytest.raises(InvalidInputError):
+        canonical_json({1: "a", "b": 2.5})  # keys of mixed types cannot be sorted
+    assert canonical_json({"\u2028": "\x1f\x7f"}) == '{"\u2028":"\\u001f\x7f"}'.encode()
+    deep: list = []
+    for _ in range(2000):  # deeper than orjson allows: the reference decides
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        canonical_json(deep)
+
+
+@given(any_json)
+def test_fast_parser_reads_what_the_reference_parser_reads(value):
+    from cas_journal.objects.canonical import parse_json, reference_json
+
+    try:
+        data = reference_json(value)
+    except InvalidInputError:
+        return
+    parsed = parse_json(data)
+    expected = json.loads(data)
+    assert parsed == expected and _types(parsed) == _types(expected)
+
+
+def _types(value):
+    """The value's structure with every scalar's type (1, 1.0 and True differ)."""
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_types(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+@given(st.binary(max_size=64) | st.text(max_size=40).map(str.encode))
+def test_fast_parser_accepts_and_refuses_like_the_reference(data):
+    from cas_journal.objects.canonical import parse_json
+
+    try:
+        expected = ("ok", _types(json.loads(data)))
+    except (ValueError, RecursionError) as exc:
+        expected = ("error", type(exc).__name__ == "RecursionError")
+    try:
+        got = ("ok", _types(parse_json(data)))
+    except (ValueError, RecursionError) as exc:
+        got = ("error", type(exc).__name__ == "RecursionError")
+    assert got == expected
+
+
+def test_parse_json_keeps_big_integers_exact():
+    from cas_journal.objects.canonical import parse_json
+
+    assert parse_json(b'{"n":123456789012345678901234567890}') == {
+        "n": 123456789012345678901234567890
+    }
+    assert parse_json(b"[18446744073709551616, 1.5]") == [18446744073709551616, 1.5]
+    assert parse_json(b'"\\ud800"') == "\ud800"  # what the standard parser gives

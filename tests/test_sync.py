@@ -108,7 +108,7 @@ def test_diverged_threads_merge_without_losing_an_entry(pair):
     assert merged.title == "renamed on dst"  # the newer metadata
     ids = {e.id for e in dst.entries("t")}
     assert mine.id in ids and theirs.id in ids
-    state = dst.states.read("t").state
+    state = dst.snapshot("t").state
     assert len(state.parents) == 2
     # syncing the merge back fast-forwards the source
     back = sync(dst.store, src.store)

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import EntryNotFound
-
 if TYPE_CHECKING:
     from ..journal import Entry, Journal
 
@@ -21,18 +19,17 @@ if TYPE_CHECKING:
 def entry_by_id(journal: Journal, oid: str) -> Entry:
     """The entry stored under ``oid``, seen from no thread (``thread_id`` is empty);
     EntryNotFound if the object is not an entry."""
-    journal.graph.node(oid)  # EntryNotFound for another kind
-    return journal.reader.entry("", oid)
+    return journal.entry_by_id(oid)
 
 
 def depth(journal: Journal, oid: str) -> int:
     """Distance of an entry from its root (the root is at depth 0)."""
-    return journal.graph.node(oid).depth
+    return journal.entry_node(oid).depth
 
 
 def parent(journal: Journal, oid: str) -> str | None:
     """The parent of an entry (None for a root)."""
-    return journal.graph.node(oid).parent
+    return journal.entry_node(oid).parent
 
 
 def walk_back(
@@ -42,7 +39,7 @@ def walk_back(
     current = leaf
     count = 0
     while current is not None and (limit <= 0 or count < limit):
-        yield journal.reader.entry(thread_id, current)
+        yield journal.entry_by_id(current, thread_id)
         count += 1
         current = parent(journal, current)
 
@@ -61,7 +58,7 @@ def iter_path(journal: Journal, thread_id: str, leaf: str | None) -> Iterator[En
     """The path from the root to ``leaf``, root first, one entry materialised at a time
     (only the ids of the path are held)."""
     for oid in reversed(ids_back(journal, leaf)):
-        yield journal.reader.entry(thread_id, oid)
+        yield journal.entry_by_id(oid, thread_id)
 
 
 @dataclass(frozen=True)
@@ -108,5 +105,4 @@ def leaf_of(journal: Journal, thread_id: str, prefix: str | None) -> str | None:
 
 def require_entry(journal: Journal, oid: str) -> None:
     """EntryNotFound unless ``oid`` is a stored entry."""
-    if journal.graph.find(oid) is None:
-        raise EntryNotFound(f"object {oid} is not an entry")
+    journal.entry_node(oid)

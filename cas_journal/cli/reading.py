@@ -207,8 +207,8 @@ def diff(env: Env, left: str, right: str, full: bool, as_json: bool) -> None:
     right_leaf = journal.thread(right).leaf_id or None
     parted = access.diverge(journal, left_leaf, right_leaf)
     ancestor = access.entry_by_id(journal, parted.ancestor) if parted.ancestor else None
-    left_entries = [journal.reader.entry(left, oid) for oid in parted.left]
-    right_entries = [journal.reader.entry(right, oid) for oid in parted.right]
+    left_entries = [journal.entry_by_id(oid, left) for oid in parted.left]
+    right_entries = [journal.entry_by_id(oid, right) for oid in parted.right]
     if as_json:
         echo_json(
             {

@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..backends.open import StoreOptions
     from .batch import (
         Batch,
     )
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         raw_for_entry,
         stable_hash,
     )
+    from .snapshot import ThreadSnapshot
 
 _LAZY: dict[str, str] = {
     "Batch": ".batch",
@@ -88,6 +90,8 @@ _LAZY: dict[str, str] = {
     "prepare_entry": ".payload",
     "raw_for_entry": ".payload",
     "stable_hash": ".payload",
+    "ThreadSnapshot": ".snapshot",
+    "StoreOptions": "..backends.open",
 }
 """Where each public name lives. Names are imported on first use (PEP 562), so that a
 submodule that needs no models (``refnames``, ``listing``) can be imported without
@@ -123,7 +127,9 @@ __all__ = [
     "ProjectedSegment",
     "ProjectionPurpose",
     "Role",
+    "StoreOptions",
     "ThreadMeta",
+    "ThreadSnapshot",
     "ThreadTitleSource",
     "ThreadTitleStatus",
     "ToolResultView",

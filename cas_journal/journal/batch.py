@@ -2,46 +2,42 @@
 
 Inside ``with journal.batch("t") as b``, each ``b.append`` builds its entry immediately
 (ids are final: they are content hashes) but writes nothing. Leaving the block stores
-every object in one ``put_many`` (a single pack file on the local store, synced once
-when durable) and swaps the thread ref once. If the thread's leaf moved in the meantime
-the batch raises ConflictError and commits nothing; a metadata-only change (a title,
-say) is merged. An exception inside the block discards the batch.
+every object and swaps the thread ref in one ``Store.commit`` (one transaction, synced
+once when durable). If the thread's leaf moved in the meantime the batch raises
+ConflictError and commits nothing; a metadata-only change (a title, say) is merged. An
+exception inside the block discards the batch.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
 
-from ..backends import NewObject
-from ..errors import ConflictError, InvalidInputError, InvalidParent
-from ..objects import EntryNode, Kind, ensure_utc, format_time, object_id, utc_now
-from .commit import Update, commit
+from ..errors import InvalidInputError, InvalidParent
+from ..objects import EntryNode
+from .building import BuiltEntry
 from .models import Entry
-from .payload import payload_bytes
 from .state import ThreadHead
-
-if TYPE_CHECKING:
-    from .journal import Journal
+from .writer import ThreadWriter
 
 
 class Batch:
     """Appends collected for one commit to one thread."""
 
-    def __init__(self, journal: Journal, thread_id: str) -> None:
-        self.journal = journal
+    def __init__(self, writer: ThreadWriter, thread_id: str) -> None:
+        self._writer = writer
         self.thread_id = thread_id
         self.entries: list[Entry] = []
+        """The entries appended so far, as they will be stored."""
         self._base: ThreadHead | None = None
-        self._objects: list[NewObject] = []
+        self._built: list[BuiltEntry] = []
         self._pending: dict[str, EntryNode] = {}
         self._tip: str | None = None
         self._last_time: datetime | None = None
         self._closed = False
 
     def __enter__(self) -> Batch:
-        self._base = self.journal.states.read(self.thread_id)
+        self._base = self._writer.states.read(self.thread_id)
         self._tip = self._base.leaf
         return self
 
@@ -56,48 +52,24 @@ class Batch:
                 f"entry is for thread {entry.thread_id!r}, the batch for {self.thread_id!r}"
             )
         explicit = parent_id or entry.parent_id or None
-        base = self._base
         if (
             explicit is not None
             and explicit not in self._pending
-            and not self.journal.graph.contains(base.state.heads, explicit, base.leaf)
+            and not self._writer.contains(self._base, explicit)
         ):
             raise InvalidParent(f"entry {explicit!r} is not part of thread {self.thread_id!r}")
-        parent = explicit if explicit is not None else self._tip
-        created = ensure_utc(now or entry.created_at or utc_now())
-        payload = payload_bytes(entry)
-        payload_oid = object_id(Kind.BLOB, payload)
-        node = self.journal.new_entry_node(
-            payload_oid, parent, created, entry.turn_id, self._pending
+        builder = self._writer.builder
+        prepared = builder.prepare(entry, now)
+        built = builder.build(
+            prepared, explicit if explicit is not None else self._tip, self._pending
         )
-        body = node.body()
-        oid = object_id(Kind.ENTRY, body)
-        self._pending[oid] = node
-        self._objects += [
-            NewObject(payload_oid, Kind.BLOB, payload),
-            NewObject(oid, Kind.ENTRY, body),
-        ]
-        stored = entry.model_copy(
-            update={
-                "id": oid,
-                "thread_id": self.thread_id,
-                "parent_id": parent or "",
-                "created_at": created,
-                "raw": payload.decode("utf-8"),
-                "raw_hash": payload_oid,
-            }
-        )
+        stored = builder.stored(prepared, built, self.thread_id)
+        self._pending[built.oid] = built.node
+        self._built.append(built)
         self.entries.append(stored)
-        self._tip = oid
-        self._last_time = created
+        self._tip = built.oid
+        self._last_time = prepared.created
         return stored
-
-    def _heads(self, head: ThreadHead) -> tuple[str, ...]:
-        heads = set(head.state.heads)
-        for oid, node in self._pending.items():  # parents come before their children
-            heads.discard(node.parent or "")
-            heads.add(oid)
-        return tuple(heads)
 
     def commit(self) -> list[Entry]:
         """Write everything and move the leaf to the last appended entry."""
@@ -105,22 +77,10 @@ class Batch:
         self._closed = True
         if not self.entries:
             return []
-        base = self._base
-
-        def build(head: ThreadHead) -> Update:
-            if head.state_oid != base.state_oid and head.leaf != base.leaf:
-                raise ConflictError(
-                    f"thread {self.thread_id!r} moved during the batch; nothing was committed"
-                )
-            assert self._last_time is not None
-            meta = dict(head.state.meta, updated_at=format_time(self._last_time))
-            state = self.journal.states.successor(head, meta, self._tip, self._heads(head))
-            return Update(state, self._objects)
-
-        commit(self.journal.states, self.thread_id, build, f"append {len(self.entries)}", base)
-        for oid, node in self._pending.items():
-            self.journal.graph.remember(oid, node)
-        self.journal.reader.remember(self.thread_id, self.entries)
+        assert self._last_time is not None
+        self._writer.commit_batch(
+            self._base, self._tip, self._pending, self._built, self.entries, self._last_time
+        )
         return self.entries
 
     def __exit__(

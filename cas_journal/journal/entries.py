@@ -3,19 +3,22 @@
 Entries are immutable and content-addressed, so cached entries never go stale. Paths are
 cached per (thread, leaf); reading the path of a leaf whose ancestor's path is cached
 only loads the entries below that ancestor, so a thread that is appended to and read
-back does not walk its whole history each time.
+back does not walk its whole history each time. Entries are built from the stored,
+hash-verified payload without a second pydantic validation (see ``trusted``); a payload
+that does not fit the Entry model is a CorruptObject naming it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 from ..errors import CorruptObject
-from ..objects import Kind
+from ..objects import EntryNode, Kind, parse_time
 from .cache import BoundedCache
 from .graph import EntryGraph
 from .models import Entry
-from .payload import build_entry, parse_payload
+from .payload import parse_payload
+from .trusted import Constructor
 
 PATH_CACHE_SIZE = 16
 PATH_CACHE_ENTRIES = 50_000
@@ -24,16 +27,16 @@ ENTRY_CACHE_SIZE = 1 << 14
 PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 """Payload text (tool outputs can be large) kept for reuse, at most."""
 
+_ENTRY = Constructor(Entry)
+
 
 class EntryReader:
     """Builds Entry objects and paths for a thread."""
 
     def __init__(self, graph: EntryGraph) -> None:
         self.graph = graph
-        self._payloads: BoundedCache[str, tuple[dict[str, Any], str]] = BoundedCache(
-            ENTRY_CACHE_SIZE,
-            weigh=lambda item: 2 * len(item[1]) + 500,
-            max_weight=PAYLOAD_CACHE_BYTES,
+        self._payloads: BoundedCache[str, str] = BoundedCache(
+            ENTRY_CACHE_SIZE, weigh=lambda text: 2 * len(text) + 100, max_weight=PAYLOAD_CACHE_BYTES
         )
         self._entries: BoundedCache[tuple[str, str], Entry] = BoundedCache(
             ENTRY_CACHE_SIZE,
@@ -44,15 +47,38 @@ class EntryReader:
             PATH_CACHE_SIZE, weigh=len, max_weight=PATH_CACHE_ENTRIES
         )
 
-    def payload(self, oid: str) -> tuple[dict[str, Any], str]:
-        """The parsed fields and raw JSON of a payload blob."""
+    def raw_payload(self, oid: str) -> str:
+        """The raw JSON text of a payload blob."""
         cached = self._payloads.get(oid)
         if cached is None:
             kind, body = self.graph.objects.get(oid)
             if kind is not Kind.BLOB:
                 raise CorruptObject(f"entry payload is a {kind.value}, not a blob", oid)
-            cached = self._payloads.put(oid, (parse_payload(oid, body), body.decode("utf-8")))
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorruptObject("entry payload is not UTF-8", oid) from exc
+            cached = self._payloads.put(oid, text)
         return cached
+
+    def build(self, oid: str, node: EntryNode, raw: str, thread_id: str) -> Entry:
+        """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``."""
+        fields = parse_payload(node.payload, raw)
+        try:
+            return _ENTRY.with_fields(
+                fields,
+                {
+                    "id": oid,
+                    "thread_id": thread_id,
+                    "parent_id": node.parent or "",
+                    "turn_id": node.turn_id,
+                    "created_at": parse_time(node.created_at),
+                    "raw": raw,
+                    "raw_hash": node.payload,
+                },
+            )
+        except (ValueError, TypeError) as exc:
+            raise CorruptObject(f"entry payload is malformed: {exc}", node.payload) from exc
 
     def entry(self, thread_id: str, oid: str) -> Entry:
         """The Entry ``oid`` as seen from ``thread_id`` (no membership check)."""
@@ -60,8 +86,8 @@ class EntryReader:
         cached = self._entries.get(key)
         if cached is None:
             node = self.graph.node(oid)
-            fields, raw = self.payload(node.payload)
-            cached = self._entries.put(key, build_entry(oid, node, fields, raw, thread_id))
+            built = self.build(oid, node, self.raw_payload(node.payload), thread_id)
+            cached = self._entries.put(key, built)
         return cached
 
     def remember(self, thread_id: str, entries: list[Entry]) -> None:
@@ -90,3 +116,21 @@ class EntryReader:
         full = prefix + tuple(self.entry(thread_id, oid) for oid in tail)
         self._paths.put((thread_id, leaf), full)
         return list(full)
+
+    def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
+        """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).
+
+        Holds one entry at a time and caches nothing but nodes and payloads (both
+        bounded): memory stays bounded by what the caller keeps, however long the thread.
+        """
+        current = leaf or None
+        count = 0
+        while current is not None and (limit <= 0 or count < limit):
+            key = (thread_id, current)
+            entry = self._entries.get(key)
+            node = self.graph.node(current)
+            if entry is None:
+                entry = self.build(current, node, self.raw_payload(node.payload), thread_id)
+            yield entry
+            count += 1
+            current = node.parent

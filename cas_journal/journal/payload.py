@@ -9,7 +9,6 @@ back exactly as given, empty strings included.
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from typing import Any
 
@@ -17,14 +16,17 @@ import blake3
 from pydantic import BaseModel, ValidationError
 
 from ..errors import CorruptObject
-from ..objects import EntryNode, Kind, canonical_json, object_id, parse_time
+from ..objects import Kind, canonical_json, object_id
+from ..objects.canonical import parse_json
 from .models import Entry
 
 NODE_FIELDS = frozenset(
     {"id", "thread_id", "parent_id", "turn_id", "created_at", "raw", "raw_hash"}
 )
 """Entry fields that live in the entry node (or are derived), not in the payload."""
+_NODE_FIELD_SET = set(NODE_FIELDS)
 PAYLOAD_FIELDS = tuple(name for name in Entry.model_fields if name not in NODE_FIELDS)
+_PAYLOAD_FIELD_SET = frozenset(PAYLOAD_FIELDS)
 
 
 def _is_empty(value: Any) -> bool:
@@ -60,7 +62,7 @@ def payload_dict(entry: Entry) -> dict[str, Any]:
     model that is present is kept even when all its fields are empty.
     """
     out: dict[str, Any] = entry.model_dump(
-        mode="json", exclude_defaults=True, exclude=set(NODE_FIELDS)
+        mode="json", exclude_defaults=True, exclude=_NODE_FIELD_SET
     )
     out["type"] = entry.type.value
     return out
@@ -89,9 +91,9 @@ def prepare_entry(entry: Entry) -> Entry:
     )
 
 
-def parse_payload(oid: str, body: bytes) -> dict[str, Any]:
+def parse_payload(oid: str, body: bytes | str) -> dict[str, Any]:
     """Parse a payload blob into its fields; CorruptObject if it is not one (the field
-    values are validated when the Entry is built, see ``build_entry``)."""
+    values are checked when the Entry is built, see ``EntryReader.build``)."""
     try:
         fields = canonical_fields(body)
     except (ValueError, TypeError) as exc:
@@ -109,33 +111,12 @@ def check_payload(oid: str, body: bytes) -> dict[str, Any]:
     return fields
 
 
-def canonical_fields(body: bytes) -> dict[str, Any]:
+def canonical_fields(body: bytes | str) -> dict[str, Any]:
     """Parse payload JSON into its field dict, refusing keys that are not payload fields."""
-    fields = json.loads(body)
+    fields = parse_json(body)
     if not isinstance(fields, dict) or "type" not in fields:
         raise ValueError("payload is not an object with a type")
-    unknown = set(fields) - set(PAYLOAD_FIELDS)
+    unknown = fields.keys() - _PAYLOAD_FIELD_SET
     if unknown:
         raise ValueError(f"payload has unknown fields {sorted(unknown)}")
     return fields
-
-
-def build_entry(
-    entry_id: str, node: EntryNode, payload: dict[str, Any], raw: str, thread_id: str = ""
-) -> Entry:
-    """Assemble the public Entry from its node, its payload fields and its raw JSON."""
-    try:
-        return Entry.model_validate(
-            {
-                **payload,
-                "id": entry_id,
-                "thread_id": thread_id,
-                "parent_id": node.parent or "",
-                "turn_id": node.turn_id,
-                "created_at": parse_time(node.created_at),
-                "raw": raw,
-                "raw_hash": node.payload,
-            }
-        )
-    except ValidationError as exc:
-        raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], entry_id) from exc

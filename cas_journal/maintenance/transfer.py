@@ -30,10 +30,11 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import EntryNotFound, InvalidInputError, JournalError, ThreadExists, ThreadNotFound
-from ..journal import Journal, ThreadMeta
+from ..journal import Entry, Journal, ThreadMeta
+from ..journal.building import build_entry
 from ..journal.payload import check_payload
 from ..names import validate_id
-from ..objects import EntryNode, Kind, is_oid, object_id, parse_time
+from ..objects import EntryNode, Kind, format_time, is_oid, object_id, parse_time
 
 EXPORT_FORMAT = "cas-journal-export"
 """The ``format`` field of every section header."""
@@ -87,36 +88,33 @@ def export_thread(journal: Journal, thread_id: str) -> Iterator[str]:
 
     Reads one consistent state of the thread; ThreadNotFound if it does not exist.
     """
-    head = journal.states.read(thread_id)
-    meta = head.meta()
-    oids = journal.graph.reachable(head.state.heads)
-    nodes = {oid: journal.graph.node(oid) for oid in oids}
-    order = sorted(oids, key=lambda oid: (nodes[oid].created_at, nodes[oid].depth, oid))
+    snapshot = journal.snapshot(thread_id)
+    entries = {entry.id: entry for entry in snapshot.entries()}  # oldest first
     header = {
         "record": "thread",
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
-        "thread": meta.model_dump(mode="json"),
-        "heads": sorted(head.state.heads),
-        "entries": len(oids),
+        "thread": snapshot.meta.model_dump(mode="json"),
+        "heads": sorted(snapshot.heads),
+        "entries": len(entries),
     }
     yield _line(header)
-    for oid in _parents_first(order, nodes):
-        node = nodes[oid]
-        _, raw = journal.reader.payload(node.payload)
+    for oid in _parents_first(list(entries), entries):
+        entry = entries[oid]
+        assert entry.created_at is not None
         yield _line(
             {
                 "record": "entry",
                 "id": oid,
-                "parent": node.parent,
-                "created_at": node.created_at,
-                "turn_id": node.turn_id,
-                "raw": raw,
+                "parent": entry.parent_id or None,
+                "created_at": format_time(entry.created_at),
+                "turn_id": entry.turn_id,
+                "raw": entry.raw,
             }
         )
 
 
-def _parents_first(order: list[str], nodes: dict[str, EntryNode]) -> Iterator[str]:
+def _parents_first(order: list[str], entries: dict[str, Entry]) -> Iterator[str]:
     """``order`` rearranged as little as needed so that every parent comes first."""
     done: set[str] = set()
     for oid in order:
@@ -124,7 +122,7 @@ def _parents_first(order: list[str], nodes: dict[str, EntryNode]) -> Iterator[st
         current: str | None = oid
         while current is not None and current not in done:
             chain.append(current)
-            current = nodes[current].parent
+            current = entries[current].parent_id or None
         for pending in reversed(chain):
             done.add(pending)
             yield pending
@@ -255,16 +253,15 @@ class _Parser:
             check_payload(payload_oid, payload)
         except JournalError as exc:
             raise InvalidInputError("'raw' is not a valid entry payload") from exc
-        node = self.journal.new_entry_node(
-            payload_oid, parent, moment, turn_id, pending=section.nodes
+        built = build_entry(
+            payload, payload_oid, parent, format_time(moment), turn_id, section.nodes.__getitem__
         )
-        if node.created_at != created:
+        if built.node.created_at != created:
             raise InvalidInputError("'created_at' is not a canonical timestamp")
-        body = node.body()
-        if object_id(Kind.ENTRY, body) != oid:
+        if built.oid != oid:
             raise InvalidInputError(f"entry {oid} does not match its content (id mismatch)")
-        section.nodes[oid] = node
-        section.objects += [(payload_oid, Kind.BLOB, payload), (oid, Kind.ENTRY, body)]
+        section.nodes[oid] = built.node
+        section.objects += [(payload_oid, Kind.BLOB, payload), (oid, Kind.ENTRY, built.body)]
 
     def finish(self) -> None:
         """Check the last section is complete (all entries, heads and leaf present)."""

@@ -2,12 +2,23 @@
 
 JSON, UTF-8, keys sorted by code point, no insignificant whitespace, no NaN or infinity.
 Timestamps are UTC with exactly six fractional digits and a ``Z`` suffix.
+
+The reference encoding is the standard library's ``json`` with fixed settings. When
+orjson is installed (the ``fast`` extra) it encodes and parses instead wherever its
+output is the same, which is every value built only of str, int, bool, None, lists,
+tuples and str-keyed dicts: floats (whose text differs: ``1e16`` against ``1e+16``) and
+any other type go to the reference encoder, and so does anything orjson refuses (ints
+beyond 64 bits, lone surrogates, deep nesting), so the reference decides what is
+refused. Parsing falls back to ``json`` when orjson refuses the text or returns a
+float, because orjson reads an integer beyond 64 bits as a float. The test suite
+compares both paths on random values.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -17,8 +28,54 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def canonical_json(value: Any) -> bytes:
-    """Encode a JSON-compatible value canonically; raise InvalidInputError if it is not one."""
+_fast: ModuleType | bool | None = None
+"""orjson once looked up (imported on first use: the core import stays light), False if
+it is not installed."""
+
+
+def _fast_json() -> ModuleType | None:
+    global _fast
+    if _fast is None:
+        try:
+            import orjson  # optional: the "fast" extra
+        except ImportError:
+            _fast = False
+        else:
+            _fast = orjson
+    return _fast if isinstance(_fast, ModuleType) else None
+
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """True if ``value`` holds only str, int, bool, None, lists, tuples and str-keyed
+    dicts: the values on which orjson writes exactly the reference encoding."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        kind = type(current)
+        if kind is dict:
+            for key, item in current.items():
+                if type(key) is not str:
+                    return False
+                if type(item) not in _PLAIN_SCALARS:
+                    pending.append(item)
+        elif kind is list or kind is tuple:
+            for item in current:
+                if type(item) not in _PLAIN_SCALARS:
+                    pending.append(item)
+        elif kind not in _PLAIN_SCALARS:
+            return False
+    return True
+
+
+def reference_json(value: Any) -> bytes:
+    """The reference canonical encoding (standard library ``json``); InvalidInputError
+    if the value is not JSON-compatible."""
     try:
         return _ENCODER.encode(value).encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -29,8 +86,44 @@ def canonical_json(value: Any) -> bytes:
         raise InvalidInputError(f"value is not JSON-compatible: {exc}") from exc
 
 
-def parse_json(data: bytes) -> Any:
-    """Parse JSON bytes; raise ValueError on anything malformed."""
+def canonical_json(value: Any) -> bytes:
+    """Encode a JSON-compatible value canonically; raise InvalidInputError if it is not one."""
+    fast = _fast_json()
+    if fast is not None and _plain(value):
+        try:
+            encoded: bytes = fast.dumps(value, option=fast.OPT_SORT_KEYS)
+            return encoded
+        except TypeError:  # orjson.JSONEncodeError
+            pass  # an int beyond 64 bits, a lone surrogate, deep nesting: the reference decides
+    return reference_json(value)
+
+
+def _has_float(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        kind = type(current)
+        if kind is float:
+            return True
+        if kind is dict:
+            pending.extend(current.values())
+        elif kind is list:
+            pending.extend(current)
+    return False
+
+
+def parse_json(data: bytes | str) -> Any:
+    """Parse JSON; raise ValueError on anything malformed (RecursionError if absurdly
+    deep). The result is what the standard library's ``json.loads`` gives."""
+    fast = _fast_json()
+    if fast is not None:
+        try:
+            value = fast.loads(data)
+        except ValueError:  # orjson.JSONDecodeError
+            pass  # the standard parser decides (it accepts a few things orjson does not)
+        else:
+            if not _has_float(value):
+                return value
     return json.loads(data)
 
 

@@ -40,8 +40,9 @@ from pydantic import BaseModel, Field
 
 from ..errors import InvalidInputError, JournalError, ThreadExists, ThreadNotFound
 from ..journal import Entry, EntryType, Journal, ThreadMeta
+from ..journal.building import build_entry
 from ..journal.payload import payload_bytes
-from ..objects import EntryNode, Kind, object_id, parse_time
+from ..objects import EntryNode, Kind, format_time, object_id, parse_time
 from .exporter import session_records
 from .manifest import (
     MANIFEST_KEY,
@@ -354,11 +355,15 @@ class _Importer:
             body, entry = self._payload(plan, record, placeholder_values)
             payload_oid = object_id(Kind.BLOB, body)
             parent = oids.get(record.parent) if record.parent is not None else None
-            node = self.journal.new_entry_node(
-                payload_oid, parent, record.created_at, record.entry.turn_id, self.pending
+            built_entry = build_entry(
+                body,
+                payload_oid,
+                parent,
+                format_time(record.created_at),
+                record.entry.turn_id,
+                self._node,
             )
-            node_body = node.body()
-            oid = object_id(Kind.ENTRY, node_body)
+            node, node_body, oid = built_entry.node, built_entry.body, built_entry.oid
             if oid in self.pending:
                 self.report.records_shared += 1
             self.owners.setdefault(oid, plan.thread_id)
@@ -419,9 +424,11 @@ class _Importer:
         payload_oid = object_id(Kind.BLOB, body)
         created = plan.created_at or (parse_time(times[0]) if times else EPOCH)
         manifest_time = parse_time(last) if last else created
-        node = self.journal.new_entry_node(payload_oid, leaf, manifest_time, "", self.pending)
-        node_body = node.body()
-        manifest_oid = object_id(Kind.ENTRY, node_body)
+        manifest_built = build_entry(
+            body, payload_oid, leaf, format_time(manifest_time), "", self._node
+        )
+        node, node_body = manifest_built.node, manifest_built.body
+        manifest_oid = manifest_built.oid
         self.pending[manifest_oid] = node
         made.append((manifest_oid, manifest_entry, leaf, manifest_time))
         self.objects.setdefault(payload_oid, (Kind.BLOB, body))
@@ -463,7 +470,7 @@ class _Importer:
 
     def _node(self, oid: str) -> EntryNode:
         node = self.pending.get(oid)
-        return node if node is not None else self.journal.graph.node(oid)
+        return node if node is not None else self.journal.entry_node(oid)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -564,8 +571,6 @@ class _Importer:
                     self.report.threads_unchanged.append(built.meta.id)
                     continue
                 self.report.threads_created.append(built.meta.id)
-        for oid, node in self.pending.items():
-            self.journal.graph.remember(oid, node)
         for built, todo in updates:
             self._update(built, todo)
             self.report.threads_updated.append(built.meta.id)

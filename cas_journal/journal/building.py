@@ -1,0 +1,164 @@
+"""Entry building: the one place where a journal entry becomes stored objects.
+
+An entry is two objects: its payload blob (the canonical JSON of what it says, shared by
+every identical entry) and its entry node (payload oid, parent, depth, skip pointer, turn
+id, created_at), whose oid is the entry's id. Single appends, batches and imports all
+build entries here, each object encoded and hashed exactly once: the payload when the
+entry is prepared, the node when its parent is known (a lost race that re-parents an
+append rebuilds only the node). The built objects go to ``Store.commit`` as NewObjects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..backends import NewObject
+from ..objects import (
+    EntryNode,
+    Kind,
+    ancestor_at,
+    ensure_utc,
+    format_time,
+    object_id,
+    skip_depth,
+    utc_now,
+)
+from .graph import EntryGraph
+from .models import Entry
+from .payload import payload_bytes
+
+NodeLookup = Callable[[str], EntryNode]
+"""Reads the node of a stored (or pending) entry by oid."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEntry:
+    """An entry ready to be placed under a parent: its payload encoded and hashed once,
+    its creation time fixed."""
+
+    entry: Entry
+    payload: bytes
+    payload_oid: str
+    created: datetime
+    created_at: str
+    """``created`` as canonical text (what the node stores)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltEntry:
+    """An entry's two objects, built: the node (whose oid is the entry id) and its payload."""
+
+    oid: str
+    node: EntryNode
+    body: bytes
+    """The node's canonical body."""
+    payload: bytes
+
+    def objects(self) -> list[NewObject]:
+        """The objects to store, referenced first: the payload blob, then the node."""
+        return [
+            NewObject(self.node.payload, Kind.BLOB, self.payload),
+            NewObject(self.oid, Kind.ENTRY, self.body),
+        ]
+
+
+def entry_node(
+    payload_oid: str, parent: str | None, created_at: str, turn_id: str, lookup: NodeLookup
+) -> EntryNode:
+    """The node of a new entry under ``parent`` (None: a root); ``lookup`` reads the
+    parent and, for the skip pointer, O(log depth) of its ancestors."""
+    if parent is None:
+        return EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
+    depth = lookup(parent).depth + 1
+    skip = ancestor_at(lookup, parent, skip_depth(depth)) if depth >= 2 else None
+    return EntryNode(
+        payload=payload_oid,
+        created_at=created_at,
+        depth=depth,
+        parent=parent,
+        skip=skip,
+        turn_id=turn_id,
+    )
+
+
+def build_entry(
+    payload: bytes,
+    payload_oid: str,
+    parent: str | None,
+    created_at: str,
+    turn_id: str,
+    lookup: NodeLookup,
+) -> BuiltEntry:
+    """Build the node of an entry whose payload is already encoded (``payload_oid`` is the
+    oid of the blob ``payload``) and hash it: the entry id."""
+    node = entry_node(payload_oid, parent, created_at, turn_id, lookup)
+    body = node.body()
+    return BuiltEntry(object_id(Kind.ENTRY, body), node, body, payload)
+
+
+def _copy_entry(entry: Entry, changes: dict[str, Any]) -> Entry:
+    """``entry`` with some fields replaced, without validation (the values are the
+    journal's own: oids, canonical text, an aware UTC time) and without copying the rest."""
+    fields = dict(entry.__dict__)
+    fields.update(changes)
+    copied = Entry.__new__(Entry)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_fields_set__", entry.model_fields_set | changes.keys())
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
+
+
+class EntryBuilder:
+    """Builds entries over one store's entry graph (for appends and batches)."""
+
+    def __init__(self, graph: EntryGraph) -> None:
+        self.graph = graph
+
+    def prepare(self, entry: Entry, now: datetime | None = None) -> PreparedEntry:
+        """Encode and hash the payload and fix the creation time (``now``, else the
+        entry's ``created_at``, else the current time)."""
+        created = ensure_utc(now or entry.created_at or utc_now())
+        payload = payload_bytes(entry)
+        return PreparedEntry(
+            entry, payload, object_id(Kind.BLOB, payload), created, format_time(created)
+        )
+
+    def build(
+        self,
+        prepared: PreparedEntry,
+        parent: str | None,
+        pending: Mapping[str, EntryNode] | None = None,
+    ) -> BuiltEntry:
+        """The entry under ``parent``; ``pending`` holds nodes not stored yet (a batch)."""
+
+        def lookup(oid: str) -> EntryNode:
+            found = pending.get(oid) if pending else None
+            return found if found is not None else self.graph.node(oid)
+
+        return build_entry(
+            prepared.payload,
+            prepared.payload_oid,
+            parent,
+            prepared.created_at,
+            prepared.entry.turn_id,
+            lookup,
+        )
+
+    @staticmethod
+    def stored(prepared: PreparedEntry, built: BuiltEntry, thread_id: str) -> Entry:
+        """The public Entry as stored: id, thread, parent, time, raw payload and its oid."""
+        return _copy_entry(
+            prepared.entry,
+            {
+                "id": built.oid,
+                "thread_id": thread_id,
+                "parent_id": built.node.parent or "",
+                "created_at": prepared.created,
+                "raw": prepared.payload.decode("utf-8"),
+                "raw_hash": prepared.payload_oid,
+            },
+        )

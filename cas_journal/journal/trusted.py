@@ -1,0 +1,120 @@
+"""Models from stored data, built without a second full validation.
+
+What the journal reads back was validated when it was written and is hash-verified on
+every read, so pydantic's full validation of every field on every cold read is waste
+(it was most of the cost of reading a path). ``Constructor`` builds a model from a plain
+dict (parsed JSON) directly: it checks each present field's Python type against a plan
+derived once from the model's annotations (str, int, bool, enums, optional nested models,
+lists of str, str-to-str maps), converts enums and nested models, and fills in defaults.
+A field whose annotation it has no plan for is validated by pydantic (a TypeAdapter), so
+nothing unknown slips through unchecked. Any mismatch is a ValueError; callers turn it
+into CorruptObject naming the object.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+
+M = TypeVar("M", bound=BaseModel)
+Convert = Callable[[Any], Any]
+
+
+def _check(kind: type) -> Convert:
+    def convert(value: Any) -> Any:
+        if type(value) is not kind:
+            raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return convert
+
+
+def _int(value: Any) -> Any:
+    if type(value) is not int:
+        raise ValueError(f"expected int, got {type(value).__name__}")
+    return value
+
+
+def _str_list(value: Any) -> Any:
+    if type(value) is not list or not all(type(item) is str for item in value):
+        raise ValueError("expected a list of strings")
+    return value
+
+
+def _str_map(value: Any) -> Any:
+    if type(value) is not dict or not all(type(item) is str for item in value.values()):
+        raise ValueError("expected a map of strings")
+    return value
+
+
+def _optional(convert: Convert) -> Convert:
+    def optional(value: Any) -> Any:
+        return None if value is None else convert(value)
+
+    return optional
+
+
+def _plan(annotation: Any) -> Convert:
+    """How to take a JSON value into a field of this annotation."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1 and len(typing.get_args(annotation)) == 2:
+            return _optional(_plan(members[0]))
+    elif origin is typing.Annotated:
+        pass  # validators attached: let pydantic run them
+    elif origin is list and typing.get_args(annotation) == (str,):
+        return _str_list
+    elif origin is dict and typing.get_args(annotation) == (str, str):
+        return _str_map
+    elif annotation in (str, bool):
+        return _check(annotation)
+    elif annotation is int:
+        return _int
+    elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return Constructor(annotation)
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+    return adapter.validate_python
+
+
+class Constructor(Generic[M]):
+    """Builds ``model`` instances from plain dicts (see the module docstring)."""
+
+    def __init__(self, model: type[M]) -> None:
+        self.model = model
+        self.plans: dict[str, Convert] | None = None  # built on first use (models may nest)
+
+    def _plans(self) -> dict[str, Convert]:
+        if self.plans is None:
+            self.plans = {
+                name: _plan(field.annotation) for name, field in self.model.model_fields.items()
+            }
+        return self.plans
+
+    def __call__(self, data: Any) -> M:
+        """The model holding ``data``'s fields (missing ones at their defaults)."""
+        if type(data) is not dict:
+            raise ValueError(f"expected an object for {self.model.__name__}")
+        plans = self._plans()
+        values: dict[str, Any] = {}
+        for name, value in data.items():
+            plan = plans.get(name)
+            if plan is None:
+                raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+            values[name] = plan(value)
+        return self.model.model_construct(_fields_set=set(values), **values)
+
+    def with_fields(self, data: dict[str, Any], trusted: dict[str, Any]) -> M:
+        """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
+        the caller built itself: oids, an aware UTC time)."""
+        model = self(data)
+        model.__dict__.update(trusted)
+        model.__pydantic_fields_set__.update(trusted)
+        return model
