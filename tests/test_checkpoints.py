@@ -204,3 +204,156 @@ def test_arbitrary_json_messages_load_back_equal(messages):
     j = cj.Journal.memory()
     j.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
     assert j.checkpoints.load("r").messages == messages
+
+
+# -- the per-run memo: O(new messages), exact, rebuilt after reopening ------------------------
+
+
+def chain_of(j: cj.Journal, run_id: str) -> str | None:
+    """The last message node of the run's newest checkpoint, as stored."""
+    from cas_journal.objects import CheckpointNode
+
+    oid = j.store.refs.read_ref(f"checkpoints/{run_id}")
+    assert oid is not None
+    return CheckpointNode.parse(j.store.objects.get(oid)[1]).messages
+
+
+@pytest.fixture
+def encodes(monkeypatch):
+    """Counts messages encoded by checkpoint saves."""
+    from cas_journal.journal import chains
+
+    calls: list[int] = []
+    real = chains.canonical_json
+
+    def counting(value):
+        calls.append(1)
+        return real(value)
+
+    monkeypatch.setattr(chains, "canonical_json", counting)
+    return calls
+
+
+def test_a_save_encodes_only_the_new_messages(tmp_path, encodes):
+    messages = [{"role": "user", "content": f"m{i}", "n": i} for i in range(200)]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages))
+        assert len(encodes) == 200
+        for i in range(2, 6):
+            messages = [*messages, {"role": "assistant", "content": f"new {i}"}]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        assert len(encodes) == 204
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:  # the memo is rebuilt lazily
+        messages = [*messages, {"role": "user", "content": "after reopening"}]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=6, messages=messages))
+        assert len(encodes) == 205
+        assert j.checkpoints.load("r").messages == messages
+        edited = [{"role": "user", "content": "changed first"}, *messages[1:]]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=7, messages=edited))
+        assert len(encodes) == 205 + len(edited)  # everything after a change is new
+        assert j.checkpoints.load("r").messages == edited
+
+
+def test_messages_changed_in_place_between_saves_are_seen(j):
+    messages = [{"role": "user", "content": "x", "meta": {"n": 1}}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages))
+    messages[0]["meta"]["n"] = 2  # the caller mutates the very dict it saved
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=2, messages=messages))
+    assert j.checkpoints.load("r").messages == [{"role": "user", "content": "x", "meta": {"n": 2}}]
+    loaded = j.checkpoints.load("r")
+    loaded.messages[0]["meta"]["n"] = 99  # what load returns is the caller's own copy
+    assert j.checkpoints.load("r").messages[0]["meta"]["n"] == 2
+
+
+def typed(value):
+    """The value with every scalar as (type, repr): equal only if the types agree too."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+EQUAL_BUT_DIFFERENT = [
+    (1, 1.0),
+    (1, True),
+    (0, False),
+    (1.0, True),
+    (0.0, -0.0),
+    (0, 0.0),
+    (2**70, float(2**70)),
+    (None, "null"),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), EQUAL_BUT_DIFFERENT)
+def test_the_memo_tells_apart_values_that_compare_equal(before, after):
+    j = cj.Journal.memory()
+    first = [{"role": "user", "content": "q"}, {"v": before, "deep": [{"w": before}]}]
+    second = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": before}]}]
+    third = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": after}]}]
+    for i, messages in enumerate((first, second, third, first)):
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        loaded = j.checkpoints.load("r").messages
+        assert typed(loaded) == typed(messages)  # 1 / 1.0 / True / -0.0 told apart
+        fresh = cj.Journal.memory()  # the same list saved with no memo: the same chain
+        fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
+        assert chain_of(j, "r") == chain_of(fresh, "r")
+
+
+def test_nan_is_refused_even_where_none_was_saved(j):
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"v": None}]))
+    with pytest.raises(ValueError):
+        j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"v": float("nan")}]))
+    assert j.checkpoints.load("r").messages == [{"v": None}]
+
+
+@given(
+    st.lists(
+        st.lists(st.dictionaries(st.text(max_size=3), json_values, max_size=3), max_size=5),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_memo_saves_store_the_chain_a_memoless_save_stores(lists):
+    j = cj.Journal.memory()
+    grown: list[dict] = []
+    for i, extra in enumerate(lists):
+        grown = grown[: len(grown) // 2] + extra if i % 2 else grown + extra
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=grown))
+        fresh = cj.Journal.memory()
+        fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=grown))
+        assert chain_of(j, "r") == chain_of(fresh, "r")
+        assert j.checkpoints.load("r").messages == grown
+
+
+def test_load_of_any_iteration_reads_the_chain_from_the_memo(j):
+    messages: list[dict] = []
+    for i in range(1, 6):
+        messages = [*messages, {"role": "user", "content": f"step {i}"}]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    counter = ReadCounter(j)
+    assert j.checkpoints.load("r", iteration=2).messages == messages[:2]
+    assert j.checkpoints.load("r").messages == messages
+    assert counter.reads[Kind.MESSAGE] == 0 and counter.reads[Kind.BLOB] == 0
+
+
+def test_a_deleted_run_is_listed_and_restored(j):
+    j.checkpoints.save(cj.Checkpoint(run_id="keep", messages=[{"a": 1}], created_at=at(1)))
+    for i in (1, 2):
+        j.checkpoints.save(
+            cj.Checkpoint(run_id="r", iteration=i, messages=[{"i": i}], created_at=at(i))
+        )
+    assert j.checkpoints.deleted() == []
+    with pytest.raises(cj.ConflictError):
+        j.checkpoints.restore("r")
+    j.checkpoints.delete("r")
+    deleted = j.checkpoints.deleted()
+    assert [(c.run_id, c.iteration, c.message_count) for c in deleted] == [("r", 2, 1)]
+    restored = j.checkpoints.restore("r")
+    assert (restored.run_id, restored.iteration) == ("r", 2)
+    assert j.checkpoints.load("r").messages == [{"i": 2}]
+    assert [c.iteration for c in j.checkpoints.history("r")] == [2, 1]
+    assert j.checkpoints.deleted() == []
+    with pytest.raises(cj.CheckpointNotFound):
+        j.checkpoints.restore("never-saved")

@@ -3,27 +3,29 @@
 Each message is a blob; a chain of message nodes (message blob + previous node) spells
 the list, so two lists with a common prefix share every node of it. A checkpoint object
 holds the run metadata, the last node of its chain and the previous checkpoint of the
-run, and ``checkpoints/<run>`` points at the newest: saving iteration k+1 costs only the
+run, and ``checkpoints/<run>`` points at the newest: saving iteration k+1 stores only the
 messages that are new or changed since iteration k, and no iteration is overwritten.
+
+Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows which
+stored node holds each message of the run's newest chain, so an unchanged prefix is
+compared, not re-encoded and re-hashed. Loads answer from the memo when it holds the
+chain asked for, else read the chain once (and remember it). Every change is one
+``Store.commit``; a deleted run stays restorable from its reflog until gc expires it.
 """
 
 from __future__ import annotations
 
 import builtins
 import heapq
-import json
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 from ..backends import NewObject, RefUpdate, Store
-from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef, InvalidInputError
+from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef
 from ..names import validate_id
 from ..objects import (
     CheckpointNode,
     Kind,
-    MessageNode,
-    canonical_json,
     ensure_utc,
     format_time,
     is_oid,
@@ -32,9 +34,13 @@ from ..objects import (
     utc_now,
 )
 from .cache import BoundedCache
+from .chains import ChainMemo, Link, encode_chain, parse_messages, read_chain
 from .commit import MAX_ATTEMPTS, commit_or_report, pause
 from .models import Checkpoint
 from .state import CHECKPOINT_PREFIX
+
+MEMO_BYTES = 64 * 1024 * 1024
+"""Memory the per-run chain memos may hold, at most (least recently saved runs go first)."""
 
 
 def _newest_first(node: CheckpointNode) -> float:
@@ -61,12 +67,17 @@ def checkpoint_ref(run_id: str) -> str:
 
 
 class CheckpointStore:
-    """save / load / has_checkpoint / delete / list / history for run checkpoints."""
+    """save / load / has_checkpoint / delete / restore / list / history / deleted."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._nodes: BoundedCache[str, CheckpointNode] = BoundedCache(4096)
-        self._links: BoundedCache[str, MessageNode] = BoundedCache(1 << 16)
+        self._prompts: BoundedCache[str, str] = BoundedCache(
+            256, weigh=len, max_weight=16 * 1024 * 1024
+        )
+        self._memos: BoundedCache[str, ChainMemo] = BoundedCache(
+            1024, weigh=lambda memo: memo.weight, max_weight=MEMO_BYTES
+        )
 
     # -- reading objects -----------------------------------------------------------------
 
@@ -82,12 +93,6 @@ class CheckpointStore:
         if node is None:
             node = self._nodes.put(oid, CheckpointNode.parse(self._get(oid, Kind.CHECKPOINT), oid))
         return node
-
-    def _link(self, oid: str) -> MessageNode:
-        link = self._links.get(oid)
-        if link is None:
-            link = self._links.put(oid, MessageNode.parse(self._get(oid, Kind.MESSAGE), oid))
-        return link
 
     def _head(self, run_id: str) -> str | None:
         name = checkpoint_ref(run_id)
@@ -111,113 +116,101 @@ class CheckpointStore:
     def _text(self, oid: str | None) -> str:
         if oid is None:
             return ""
-        try:
-            return self._get(oid, Kind.BLOB).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptObject("system prompt is not UTF-8", oid) from exc
-
-    def _messages(self, last: str | None, count: int) -> list[dict[str, Any]]:
-        blobs: list[str] = []
-        current = last
-        while current is not None:
-            link = self._link(current)
-            blobs.append(link.message)
-            current = link.parent
-        if len(blobs) != count:
-            raise CorruptObject(f"message chain has {len(blobs)} links, expected {count}", last)
-        blobs.reverse()
-        messages = []
-        for oid in blobs:
+        text = self._prompts.get(oid)
+        if text is None:
             try:
-                value = json.loads(self._get(oid, Kind.BLOB))
-            except ValueError as exc:
-                raise CorruptObject("checkpoint message is not JSON", oid) from exc
-            if not isinstance(value, dict):
-                raise CorruptObject("checkpoint message is not a JSON object", oid)
-            messages.append(value)
-        return messages
+                text = self._prompts.put(oid, self._get(oid, Kind.BLOB).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise CorruptObject("system prompt is not UTF-8", oid) from exc
+        return text
 
-    # -- the API -------------------------------------------------------------------------
+    def _links(self, run_id: str, oid: str, node: CheckpointNode) -> builtins.list[Link]:
+        """The chain of checkpoint ``oid``: from the run's memo when it holds that chain
+        (a chain is named by its last node, so a prefix of the memo may be it), else read
+        from the store, once, and remembered."""
+        count, last = node.message_count, node.messages
+        memo = self._memos.get(run_id)
+        if last is None:
+            return []
+        if memo is not None and len(memo.links) >= count and memo.links[count - 1].node == last:
+            return memo.links[:count]
+        links = read_chain(self.store.objects, last, count)
+        if memo is None or memo.checkpoint != self._head(run_id):
+            self._memos.put(run_id, ChainMemo(oid, links, node.system_prompt))
+        return links
+
+    def _memo(self, run_id: str, head: str | None) -> ChainMemo:
+        """The run's memo; built from the newest checkpoint's stored chain if this process
+        has none yet (the first save after opening the store)."""
+        memo = self._memos.get(run_id)
+        if memo is None:
+            if head is None:
+                return ChainMemo(None)
+            node = self.node(head)
+            self._links(run_id, head, node)
+            memo = self._memos.get(run_id) or ChainMemo(None)
+        return memo
+
+    # -- saving --------------------------------------------------------------------------
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         """Save one iteration; returns it with created_at and message_count filled in."""
-        with self.store.objects.write_guard():  # from the reuse check to the ref swap
-            return self._save(checkpoint)
-
-    def _save(self, checkpoint: Checkpoint) -> Checkpoint:
         name = checkpoint_ref(checkpoint.run_id)
-        created = ensure_utc(checkpoint.created_at) if checkpoint.created_at else utc_now()
-        links: list[tuple[str, bytes, str, bytes]] = []  # node oid and body, message oid and body
-        parent: str | None = None
-        for index, message in enumerate(checkpoint.messages):
-            if not isinstance(message, dict):
-                raise InvalidInputError(f"message {index} is not a JSON object")
-            body = canonical_json(message)
-            message_oid = object_id(Kind.BLOB, body)
-            link = MessageNode(message_oid, parent).body()
-            parent = object_id(Kind.MESSAGE, link)
-            links.append((parent, link, message_oid, body))
-        first_new = self._first_missing([link[0] for link in links])
-        objects: list[NewObject] = []
-        if first_new > 0:  # re-put the last shared link: it freshens it for gc's grace period
-            oid, link, _, _ = links[first_new - 1]
-            objects.append(NewObject(oid, Kind.MESSAGE, link))
-        for oid, link, message_oid, body in links[first_new:]:
-            objects += [
-                NewObject(message_oid, Kind.BLOB, body),
-                NewObject(oid, Kind.MESSAGE, link),
-            ]
+        created = format_time(ensure_utc(checkpoint.created_at or utc_now()))
+        head = self._head(checkpoint.run_id)
+        memo = self._memo(checkpoint.run_id, head)
+        chain = encode_chain(checkpoint.messages, memo)
         prompt_oid = None
+        prompt_object: list[NewObject] = []
         if checkpoint.system_prompt:
             prompt = checkpoint.system_prompt.encode("utf-8")
             prompt_oid = object_id(Kind.BLOB, prompt)
-            objects.append(NewObject(prompt_oid, Kind.BLOB, prompt))
-        previous = self._head(checkpoint.run_id)
+            prompt_object.append(NewObject(prompt_oid, Kind.BLOB, prompt))
+        # what the memo's chain and prompt share with the new one is stored and reachable
+        # from the memo's checkpoint; only if that is the head we swap is it safe from gc
+        based_on_head = memo.checkpoint is not None and memo.checkpoint == head
         for attempt in range(MAX_ATTEMPTS):
+            if not based_on_head and chain.shared:
+                reused = chain.links[chain.shared - 1].node
+                if self.store.objects.freshen([reused]):  # gone (a purge): store it all again
+                    chain = encode_chain(checkpoint.messages, ChainMemo(None))
             node = CheckpointNode(
                 run_id=checkpoint.run_id,
-                created_at=format_time(created),
+                created_at=created,
                 iteration=checkpoint.iteration,
                 task_name=checkpoint.task_name,
                 input_tokens=checkpoint.input_tokens,
                 output_tokens=checkpoint.output_tokens,
-                message_count=len(links),
-                messages=parent,
+                message_count=len(chain.links),
+                messages=chain.last,
                 system_prompt=prompt_oid,
-                previous=(previous,) if previous else (),
+                previous=(head,) if head else (),
             )
             body = node.body()
             oid = object_id(Kind.CHECKPOINT, body)
             saved = checkpoint.model_copy(
-                update={"created_at": parse_time(node.created_at), "message_count": len(links)}
+                update={"created_at": parse_time(created), "message_count": len(chain.links)}
             )
-            swap = RefUpdate(name, previous, oid, f"save {checkpoint.iteration}")
-            objects.append(NewObject(oid, Kind.CHECKPOINT, body))
+            unlinked = prompt_object if not based_on_head or prompt_oid != memo.prompt else []
+            objects = [*chain.objects, *unlinked, NewObject(oid, Kind.CHECKPOINT, body)]
+            swap = RefUpdate(name, head, oid, f"save {checkpoint.iteration}")
             if commit_or_report(self.store, objects, swap, result=saved):
                 self._nodes.put(oid, node)
+                self._memos.put(checkpoint.run_id, ChainMemo(oid, chain.links, prompt_oid))
                 return saved
-            objects = []
-            previous = self._head(checkpoint.run_id)
+            head = self._head(checkpoint.run_id)
+            based_on_head = False
             pause(attempt)
         raise ConflictError(f"run {checkpoint.run_id!r} kept changing; checkpoint not saved")
 
-    def _first_missing(self, chain: list[str]) -> int:
-        """Index of the first link not stored (links before it are, by the closure rule)."""
-        lo, hi = 0, len(chain)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.store.objects.has(chain[mid]):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    # -- reading -------------------------------------------------------------------------
 
     def load(self, run_id: str, iteration: int | None = None) -> Checkpoint:
         """The newest checkpoint of a run (or the newest at ``iteration``), with its messages."""
         for oid, node in self._walk(run_id):
             if iteration is None or node.iteration == iteration:
                 checkpoint = self._metadata(oid, node)
-                checkpoint.messages = self._messages(node.messages, node.message_count)
+                checkpoint.messages = parse_messages(self._links(run_id, oid, node))
                 return checkpoint
         raise CheckpointNotFound(f"no checkpoint for run {run_id!r} at iteration {iteration}")
 
@@ -248,17 +241,7 @@ class CheckpointStore:
         """True if the run has a checkpoint."""
         return self._head(run_id) is not None
 
-    def delete(self, run_id: str) -> None:
-        """Remove the run's ref (idempotent; restorable from the reflog until gc expires it)."""
-        name = checkpoint_ref(run_id)
-        while True:
-            current = self.store.refs.read_ref(name)
-            if current is None or commit_or_report(
-                self.store, [], RefUpdate(name, current, None, "delete")
-            ):
-                return
-
-    def list(self) -> list[Checkpoint]:
+    def list(self) -> builtins.list[Checkpoint]:
         """Every run's newest checkpoint, newest first; metadata only (messages not read)."""
         found = []
         for name in self.store.refs.list_refs(CHECKPOINT_PREFIX):
@@ -268,9 +251,60 @@ class CheckpointStore:
             if not is_oid(value):
                 raise CorruptRef(f"ref {name!r} does not hold an object id")
             found.append(self._metadata(value, self.node(value)))
-        found.sort(key=lambda c: (-(c.created_at or utc_now()).timestamp(), c.run_id))
-        return found
+        return _newest_first_order(found)
 
     def history(self, run_id: str) -> builtins.list[Checkpoint]:
         """Every saved iteration of a run, newest first; metadata only (use ``load`` for one)."""
         return [self._metadata(oid, node) for oid, node in self._walk(run_id)]
+
+    # -- deleting and restoring ----------------------------------------------------------
+
+    def delete(self, run_id: str) -> None:
+        """Remove the run's ref (idempotent; ``restore`` brings it back until gc expires
+        its reflog)."""
+        name = checkpoint_ref(run_id)
+        while True:
+            current = self.store.refs.read_ref(name)
+            if current is None or commit_or_report(
+                self.store, [], RefUpdate(name, current, None, "delete")
+            ):
+                return
+
+    def _last_logged(self, run_id: str) -> str | None:
+        """The newest checkpoint the run's reflog names, if it is still stored."""
+        log = self.store.refs.reflog(checkpoint_ref(run_id))
+        last = next((entry.new for entry in reversed(log) if entry.new), None)
+        if last is None or not is_oid(last):
+            return None
+        return last
+
+    def restore(self, run_id: str) -> Checkpoint:
+        """Bring back a deleted run at its newest checkpoint, from its reflog; returns that
+        checkpoint's metadata. ConflictError if the run exists, CheckpointNotFound if its
+        reflog names nothing that is still stored."""
+        name = checkpoint_ref(run_id)
+        if self.store.refs.read_ref(name) is not None:
+            raise ConflictError(f"run {run_id!r} exists; nothing to restore")
+        last = self._last_logged(run_id)
+        if last is None or self.store.objects.freshen([last]):
+            raise CheckpointNotFound(f"run {run_id!r} has no restorable checkpoint in its reflog")
+        if not commit_or_report(self.store, [], RefUpdate(name, None, last, "restore")):
+            raise ConflictError(f"run {run_id!r} was created meanwhile; nothing restored")
+        return self._metadata(last, self.node(last))
+
+    def deleted(self) -> builtins.list[Checkpoint]:
+        """The newest checkpoint (metadata only) of every deleted run that ``restore`` can
+        still bring back, newest first."""
+        found = []
+        for name in self.store.refs.reflog_names(CHECKPOINT_PREFIX):
+            run_id = name[len(CHECKPOINT_PREFIX) :]
+            if self.store.refs.read_ref(name) is not None:
+                continue
+            last = self._last_logged(run_id)
+            if last is not None and self.store.objects.has(last):
+                found.append(self._metadata(last, self.node(last)))
+        return _newest_first_order(found)
+
+
+def _newest_first_order(checkpoints: builtins.list[Checkpoint]) -> builtins.list[Checkpoint]:
+    return sorted(checkpoints, key=lambda c: (-(c.created_at or utc_now()).timestamp(), c.run_id))
