@@ -604,9 +604,20 @@ def test_entries_read_back_equal_what_was_validated_when_written(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent.parent / "fixtures"))
     from make_golden_entries import cases
 
+    blocks = [
+        {"type": "text", "text": "reading"},
+        {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a", "n": 1.5}},
+        {"type": "custom", "extra": [1, True, None, {"x": -0.0}]},
+    ]
+    block_entry = cj.Entry(
+        type=cj.EntryType.TOOL_CALL, message=cj.Message(role="assistant", content=blocks)
+    )
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
-        written = [j.append(entry.model_copy(update={"thread_id": "t"})) for _, entry in cases()]
+        written = [
+            j.append(entry.model_copy(update={"thread_id": "t"}))
+            for entry in [*(entry for _, entry in cases()), block_entry]
+        ]
     with cj.Journal.open(tmp_path / "s") as again:
         read = again.path("t")
     assert read == written

@@ -17,7 +17,7 @@ import enum
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -94,7 +94,12 @@ class Constructor(Generic[M]):
     def _plans(self) -> dict[str, Convert]:
         if self.plans is None:
             self.plans = {
-                name: _plan(field.annotation) for name, field in self.model.model_fields.items()
+                name: _plan(
+                    Annotated[field.annotation, *field.metadata]
+                    if field.metadata
+                    else field.annotation
+                )
+                for name, field in self.model.model_fields.items()
             }
         return self.plans
 
