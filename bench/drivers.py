@@ -7,6 +7,7 @@ reported as missing, never estimated.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -109,9 +110,23 @@ def run_forks(system: System, scale: wl.Scale, cold: ColdRunner) -> dict[str, An
     last = plan.forks[-1].thread if plan.forks else "base"
     out["path_len"] = len(ids[last])
     out["read_path_warm"] = _warm(lambda: system.read_path(last), scale.path_reads)
+    threads = list(ids)
+    out["read_all_paths_warm"] = _warm(lambda: _read_all(system, threads), scale.path_reads)
     out["stored"] = _stored(system)
+    system.close()
+    out["read_all_paths_cold"] = _cold(cold, "paths", ",".join(threads), scale.cold_runs)
+    system.open()
     _compact(system, out)
+    system.close()
+    out["read_all_paths_cold_packed"] = _cold(cold, "paths", ",".join(threads), scale.cold_runs)
+    system.open()
+    out["read_all_paths_warm_packed"] = _warm(lambda: _read_all(system, threads), scale.path_reads)
     return out
+
+
+def _read_all(system: System, threads: list[str]) -> int:
+    """Read every thread's path (what a UI listing every conversation in full does)."""
+    return sum(system.read_path(thread) for thread in threads)
 
 
 def run_deep(system: System, scale: wl.Scale, cold: ColdRunner,
@@ -152,6 +167,10 @@ def run_deep(system: System, scale: wl.Scale, cold: ColdRunner,
     out["read_path_cold"] = _cold(cold, "path", "deep", scale.cold_runs)
     system.open()
     _compact(system, out)
+    system.close()
+    out["read_path_cold_packed"] = _cold(cold, "path", "deep", scale.cold_runs)
+    system.open()
+    out["read_path_warm_packed"] = _warm(lambda: system.read_path("deep"), scale.path_reads)
     forks: dict[str, Any] = {}
     for history in scale.fork_history:
         if history > len(ids):
@@ -185,12 +204,27 @@ def run_checkpoints(system: System, scale: wl.Scale, cold: ColdRunner) -> dict[s
                            "messages": len(messages)}
     out["save_first10"] = summary(lat[:10])
     out["save_last10"] = summary(lat[-10:])
-    out["load_warm"] = _warm(lambda: system.load_checkpoint("run-1"), scale.path_reads)
+    # the cost per save must not grow with what is already saved: iterations 1-50
+    # against 150-200 (or the last 50 of a shorter run)
+    out["save_1_50"] = summary(lat[:50])
+    out["save_150_200"] = summary(lat[149:200] if len(lat) >= 200 else lat[-50:])
+    out["final_list_bytes"] = len(json.dumps(messages, separators=(",", ":")).encode())
+    out["messages_at_200"] = sum(
+        len(step.new_messages) for step in list(wl.checkpoint_steps(scale))[:200]
+    )
+    out["load_warm"] = _warm(lambda: system.load_checkpoint("run-1"), scale.path_reads * 4)
     rows = getattr(system, "checkpoint_rows", None)
     if rows is not None:
         out["checkpoint_rows"] = rows()
     out["stored"] = _stored(system)
+    system.close()
+    out["load_cold"] = _cold(cold, "load", "run-1", scale.cold_runs)
+    system.open()
     _compact(system, out)
+    system.close()
+    out["load_cold_packed"] = _cold(cold, "load", "run-1", scale.cold_runs)
+    system.open()
+    out["load_warm_packed"] = _warm(lambda: system.load_checkpoint("run-1"), scale.path_reads * 4)
     return out
 
 

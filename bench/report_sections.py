@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .report import (
@@ -112,6 +113,12 @@ def forks_section(runs: Runs) -> list[str]:
         ("append", _median("append"), fmt_time),
         ("fork", _median("fork"), fmt_time),
         ("read last fork's path (warm)", _median("read_path_warm"), fmt_time),
+        ("read every path (warm)", _median("read_all_paths_warm"), fmt_time),
+        ("read every path (cold)", _median("read_all_paths_cold"), fmt_time),
+        ("every path after compaction (warm)", _median("read_all_paths_warm_packed"),
+         fmt_time),
+        ("every path after compaction (cold)", _median("read_all_paths_cold_packed"),
+         fmt_time),
     ])
     errors = [f"- {s}: compaction failed: {m['compact_error']}" for s in systems
               if (m := runs.ok("forks", s)) and "compact_error" in m]
@@ -140,6 +147,8 @@ def deep_section(runs: Runs) -> list[str]:
         ("batched appends/s", lambda m: get(m, "batched_appends_per_s"), fmt_rate),
         ("path read warm", _median("read_path_warm"), fmt_time),
         ("path read cold", _median("read_path_cold"), fmt_time),
+        ("path read after compaction (warm)", _median("read_path_warm_packed"), fmt_time),
+        ("path read after compaction (cold)", _median("read_path_cold_packed"), fmt_time),
         ("stored", lambda m: get(m, "stored", "bytes"), fmt_bytes),
         ("du", lambda m: get(m, "stored", "du"), fmt_bytes),
         ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
@@ -170,7 +179,12 @@ def checkpoints_section(runs: Runs) -> list[str]:
         ("save", _median("save"), fmt_time),
         ("save, first 10", _median("save_first10"), fmt_time),
         ("save, last 10", _median("save_last10"), fmt_time),
+        ("save, iterations 1-50", _median("save_1_50"), fmt_time),
+        ("save, iterations 150-200", _median("save_150_200"), fmt_time),
         ("load newest (warm)", _median("load_warm"), fmt_time),
+        ("load newest (cold)", _median("load_cold"), fmt_time),
+        ("load after compaction (warm)", _median("load_warm_packed"), fmt_time),
+        ("load after compaction (cold)", _median("load_cold_packed"), fmt_time),
         ("total bytes", lambda m: get(m, "stored", "bytes"), fmt_bytes),
         ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
     ], lambda s, m: [KEEPS_HISTORY.get(s, "yes"), str(m.get("checkpoint_rows", ""))],
@@ -282,10 +296,68 @@ def systems_section(runs: Runs) -> list[str]:
     return [*lines, ""]
 
 
+def journal_goals_section(runs: Runs) -> list[str]:
+    """The journal's read and checkpoint goals, each measured figure beside its target."""
+    rows: list[tuple[str, str, str]] = []
+
+    def med(workload: str, system: str, key: str) -> float | None:
+        m = runs.ok(workload, system)
+        value = get(m, key, "median") if m else None
+        return value if isinstance(value, int | float) else None
+
+    def add(goal: str, value: str, verdict: bool | None) -> None:
+        rows.append((goal, value, "n/a" if verdict is None else ("met" if verdict else "MISSED")))
+
+    def check(goal: str, value: float | None, target: float, fmt: Callable[[Any], str] = fmt_time,
+              at_most: bool = True) -> None:
+        verdict = None if value is None else (value <= target if at_most else value >= target)
+        add(goal, fmt(value), verdict)
+
+    for system, target, label in (("cas-nd", 2e-3, "durable=False"), ("cas", 3e-3, "durable")):
+        check(f"checkpoint save, iterations 150-200, {label} (<= {fmt_time(target)})",
+              med("checkpoints", system, "save_150_200"), target)
+        early, late = (med("checkpoints", system, k) for k in ("save_1_50", "save_150_200"))
+        flat = late / early if early and late else None
+        check(f"save cost flat, {label}: median 150-200 / median 1-50 (<= 1.5)", flat, 1.5,
+              lambda r: "n/a" if r is None else f"{r:.2f}")
+    saver, ours = med("checkpoints", "langgraph", "save"), med("checkpoints", "cas", "save")
+    check("save vs LangGraph SqliteSaver, same run, durable (>= 4x faster)",
+          saver / ours if saver and ours else None, 4.0,
+          lambda r: "n/a" if r is None else f"{r:.1f}x", at_most=False)
+    for system in ("cas", "cas-nd"):
+        check(f"load newest, new process, {system} (<= 5 ms)",
+              med("checkpoints", system, "load_cold"), 5e-3)
+        check(f"load newest, warm, {system} (<= 1 ms)", med("checkpoints", system, "load_warm"),
+              1e-3)
+        check(f"path of the 10,000-entry thread, new process, packed, {system} (<= 100 ms)",
+              med("deep", system, "read_path_cold_packed"), 0.1)
+        check(f"path of the 10,000-entry thread, warm, {system} (<= 5 ms)",
+              med("deep", system, "read_path_warm"), 5e-3)
+        jsonl = med("forks", "jsonl", "read_all_paths_cold")
+        for key, what in (("read_all_paths_cold", "new process"), ("read_all_paths_warm", "warm")):
+            mine = med("forks", system, key)
+            peer = med("forks", "jsonl", key) if key.endswith("warm") else jsonl
+            check(f"every path of the forks workload, {what}, {system} / JSONL (<= 1)",
+                  mine / peer if mine and peer else None, 1.0,
+                  lambda r: "n/a" if r is None else f"{r:.2f}")
+    m = runs.ok("checkpoints", "cas")
+    packed, final = get(m, "compacted", "bytes"), get(m, "final_list_bytes")
+    check("checkpoint bytes after pack / final message list (<= 0.41)",
+          packed / final if packed and final else None, 0.41,
+          lambda r: "n/a" if r is None else f"{r:.2f}")
+    if not any(verdict != "n/a" for _, _, verdict in rows):
+        return []
+    lines = ["## Journal goals (checkpoints and cold reads)", "",
+             "| goal | measured | |", "|---|---|---|"]
+    lines += [f"| {goal} | {value} | {verdict} |" for goal, value, verdict in rows]
+    return [*lines, ""]
+
+
 def sections(results: dict[str, Any], runs: Runs) -> list[str]:
     """Every section, in reading order."""
     return [
         *systems_section(runs),
+        *journal_goals_section(runs),
         *objects_section(results),
         *forks_section(runs),
         *deep_section(runs),

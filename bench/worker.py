@@ -1,7 +1,7 @@
 """One system on one workload, in a process of its own (so its peak RSS is its own).
 
     python -m bench.worker run  --system S --workload W --scale X --root DIR --result FILE
-    python -m bench.worker cold --system S --root DIR --op path|list|open [--thread T]
+    python -m bench.worker cold --system S --root DIR --op path|paths|load|list|open [--thread T]
 
 ``run`` writes a JSON result; ``cold`` prints the seconds a fresh process needs to open
 the store and do one operation (interpreter start-up and imports excluded; the OS page
@@ -41,6 +41,11 @@ def _cold(args: argparse.Namespace) -> int:
     system.open()
     if args.op == "path":
         system.read_path(args.thread)
+    elif args.op == "paths":  # every listed thread's path (comma-separated ids)
+        for thread in args.thread.split(","):
+            system.read_path(thread)
+    elif args.op == "load":  # the newest checkpoint of a run
+        system.load_checkpoint(args.thread)
     elif args.op == "list":
         system.list_page(50)
     else:
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     cold = sub.add_parser("cold")
     cold.add_argument("--system", required=True)
     cold.add_argument("--root", required=True)
-    cold.add_argument("--op", choices=("path", "list", "open"), required=True)
+    cold.add_argument("--op", choices=("path", "paths", "load", "list", "open"), required=True)
     cold.add_argument("--thread", default="")
     args = parser.parse_args(argv)
     return _run(args) if args.mode == "run" else _cold(args)

@@ -180,6 +180,10 @@ def test_non_json_messages_are_refused(j):
         j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"x": float("nan")}]))
     with pytest.raises(ValueError):
         j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"x": object()}]))
+    with pytest.raises(ValueError, match="keys must be strings"):
+        j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"x": {1: "one"}}]))
+    with pytest.raises(ValueError, match="not a JSON object"):
+        j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"ok": 1}, ["a list"]]))  # type: ignore[list-item]
     assert not j.checkpoints.has_checkpoint("r")
 
 

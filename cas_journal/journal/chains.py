@@ -2,26 +2,31 @@
 
 A run's message list is stored as a chain of message nodes (each: the message blob and
 the previous node). Saving iteration k+1 must not re-encode and re-hash the k messages it
-shares with iteration k, so ``ChainMemo`` remembers, for the run's newest checkpoint,
-each message's stored node and canonical bytes. A new list is compared with it position
-by position and only the messages after the first difference are encoded.
+shares with iteration k, so ``ChainMemo`` remembers, for a checkpoint of the run, each
+message's stored node, canonical bytes and a *snapshot*: a copy of the message's dicts
+and lists (nobody else holds them, so changing a saved message in place cannot change
+its snapshot) that shares the message's strings and numbers. A new list is compared with
+the snapshots in one C-level list comparison, which meets the shared strings by identity
+and so costs a few hash lookups per message, not a byte comparison; only the messages
+after the first difference are encoded and hashed.
 
-The comparison is exact: the memo keeps each message as parsed back from its canonical
-bytes (a copy nobody else holds) and a message matches only if it is ``==`` to that copy
-(a C-speed comparison) and every number in it has the same type and, for zeros, the
-same sign (``==`` alone says 1 == 1.0 == True and 0.0 == -0.0, which encode
-differently). NaN never equals anything, so a NaN is always encoded, and refused.
-Whatever does not match is simply encoded: a miss costs time, never correctness.
+The comparison is exact. ``==`` alone says 1 == 1.0 == True and 0.0 == -0.0, which encode
+differently, so every number of a snapshot is also checked for its exact type (and a
+float's sign). NaN equals nothing, so a NaN is always encoded (and refused); a message
+holding anything but str-keyed dicts, lists, tuples, str, int, float, bool and None gets
+no snapshot and is always encoded. A miss costs time, never correctness.
 
 A memo is built from the stored chain when a process first saves or loads a run (one
-read of the chain), so it survives reopening the store.
+read of the chain; its snapshots are then parsed copies, replaced by shared ones as the
+caller's messages match them), so it survives reopening the store.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, cast
 
 from ..backends import NewObject, ObjectStore
@@ -30,107 +35,194 @@ from ..objects import Kind, MessageNode, canonical_json, object_id
 from ..objects.canonical import parse_json
 
 Path = tuple[str | int, ...]
+Number = tuple[Path, type, bool]
+"""Where a number is, its exact type and, for a float, its sign bit."""
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_LONG = 2**63
+"""orjson reads integers at or beyond this magnitude as floats."""
 
 
-def _numbers(value: Any) -> tuple[tuple[Path, type, bool], ...]:
-    """Every number in a parsed JSON value: its path, exact type and, for a float, its
-    sign bit (0.0 and -0.0 are equal but encode differently)."""
-    found: list[tuple[Path, type, bool]] = []
-    pending: list[tuple[Path, Any]] = [((), value)]
-    while pending:
-        path, current = pending.pop()
-        kind = type(current)
+class _Unmatchable:
+    """The snapshot of a message that cannot be compared exactly: equal to nothing."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+UNMATCHABLE = _Unmatchable()
+
+
+def snapshot(message: Any) -> tuple[Any, tuple[Number, ...], bool]:
+    """A copy of the message's containers sharing its leaves, where its numbers are, and
+    whether one is an integer beyond 64 bits (``UNMATCHABLE`` for anything but dicts,
+    lists, tuples and JSON scalars; InvalidInputError for a key that is not a string)."""
+    numbers: list[Number] = []
+    long_ints = False
+
+    def copy(value: Any, path: Path) -> Any:
+        kind = type(value)
+        if kind is str or value is None:
+            return value
         if kind is dict:
-            pending.extend(((*path, key), item) for key, item in current.items())
-        elif kind is list:
-            pending.extend(((*path, index), item) for index, item in enumerate(current))
-        elif kind is int or kind is bool:
-            found.append((path, kind, False))
-        elif kind is float:
-            found.append((path, kind, math.copysign(1.0, current) < 0))
-    return tuple(found)
+            out = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise InvalidInputError(f"message keys must be strings, got {key!r:.40}")
+                out[key] = copy(item, (*path, key))
+            return out
+        if kind is list or kind is tuple:
+            items = [copy(item, (*path, index)) for index, item in enumerate(value)]
+            return items if kind is list else tuple(items)
+        if kind is int or kind is bool or kind is float:
+            numbers.append((path, kind, kind is float and math.copysign(1.0, value) < 0))
+            if kind is int and abs(value) >= _LONG:
+                nonlocal long_ints
+                long_ints = True
+            return value
+        raise TypeError(kind)
+
+    try:
+        return copy(message, ()), tuple(numbers), long_ints
+    except (TypeError, RecursionError):
+        return UNMATCHABLE, (), True
+
+
+def _numbers_match(message: Any, numbers: tuple[Number, ...]) -> bool:
+    """True if the numbers of ``message`` (equal to a snapshot) have the snapshot's types."""
+    for path, kind, negative in numbers:
+        value: Any = message
+        for step in path:
+            value = value[step]
+        if type(value) is not kind:
+            return False
+        if kind is float and (math.copysign(1.0, cast(float, value)) < 0) != negative:
+            return False
+    return True
 
 
 @dataclass(slots=True)
 class Link:
-    """One stored message of a chain: its node, its canonical bytes and, once needed,
-    the parsed copy (and the numbers in it) that new messages are compared with."""
+    """One stored message of a chain: its node and canonical bytes, where its numbers are
+    and whether one is an integer beyond 64 bits (None: not known yet)."""
 
     node: str
     body: bytes
-    _copy: Any = None
-    _numbers: tuple[tuple[Path, type, bool], ...] = ()
+    numbers: tuple[Number, ...] = ()
+    long_ints: bool | None = None
 
-    def matches(self, message: Any) -> bool:
-        """True if ``message`` encodes to exactly ``body`` (see the module docstring)."""
-        if self._copy is None:
-            self._copy = parse_json(self.body)
-            self._numbers = _numbers(self._copy)
-        if message != self._copy:
-            return False
-        for path, kind, negative in self._numbers:
-            value: Any = message
-            for step in path:
-                value = value[step]
-            if type(value) is not kind:
-                return False
-            if kind is float and (math.copysign(1.0, cast(float, value)) < 0) != negative:
-                return False
-        return True
+
+def link_weight(link: Link) -> int:
+    """Roughly the bytes a link and its snapshot hold."""
+    return 3 * len(link.body) + 300
 
 
 @dataclass(slots=True)
 class ChainMemo:
-    """The chain of one checkpoint: ``links[i]`` is its message ``i``."""
+    """The chain of one checkpoint of a run: ``links[i]`` is its message ``i`` and
+    ``snapshots[i]`` what a new message ``i`` is compared with."""
 
     checkpoint: str | None
     """The checkpoint whose chain this is (None: the run has none yet)."""
     links: list[Link] = field(default_factory=list)
     prompt: str | None = None
     """The checkpoint's system prompt blob."""
+    weight: int = -1
+    """Roughly the bytes this memo holds (computed if not given)."""
+    snapshots: list[Any] | None = None
+    """None until first needed (a memo read from the store parses them then)."""
+    numbered: list[int] = field(default_factory=list)
+    """The positions of the messages that hold numbers (their types are checked)."""
+    parsed: int = 0
+    """How many leading snapshots were parsed from stored bytes, not shared with a
+    caller's message (slower to compare; replaced when the caller's messages match)."""
 
-    @property
-    def weight(self) -> int:
-        """Roughly the bytes this memo holds."""
-        return sum(3 * len(link.body) + 200 for link in self.links)
+    def __post_init__(self) -> None:
+        if self.weight < 0:
+            self.weight = sum(map(link_weight, self.links))
+
+    def ensure_snapshots(self) -> list[Any]:
+        """The snapshots, parsed from the stored bytes if not made yet."""
+        if self.snapshots is None:
+            snapshots, numbered = [], []
+            for index, link in enumerate(self.links):
+                copy, link.numbers, link.long_ints = snapshot(parse_json(link.body))
+                snapshots.append(copy)
+                if link.numbers:
+                    numbered.append(index)
+            self.snapshots, self.numbered, self.parsed = snapshots, numbered, len(snapshots)
+        return self.snapshots
 
 
 @dataclass(slots=True)
 class EncodedChain:
-    """A message list as a chain: the links, and the objects not stored yet."""
+    """A message list as a chain: its memo-to-be, and the objects not stored yet."""
 
-    links: list[Link]
+    memo: ChainMemo
+    """The chain as a memo (its checkpoint still unknown)."""
     objects: list[NewObject]
     shared: int
     """How many leading links came from the memo (already stored)."""
 
     @property
+    def links(self) -> list[Link]:
+        """The chain's links, first message first."""
+        return self.memo.links
+
+    @property
     def last(self) -> str | None:
         """The last node (what a checkpoint points at), None for no messages."""
-        return self.links[-1].node if self.links else None
+        return self.memo.links[-1].node if self.memo.links else None
+
+
+def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
+    """How many leading messages encode exactly as the memo's leading links."""
+    snapshots = memo.ensure_snapshots()
+    count = min(len(messages), len(snapshots))
+    if list(messages[:count]) != snapshots[:count]:  # one C-level comparison, usually
+        count = next(i for i in range(count) if messages[i] != snapshots[i])
+    for index in memo.numbered:
+        if index >= count:
+            break
+        if not _numbers_match(messages[index], memo.links[index].numbers):
+            return index
+    return count
 
 
 def encode_chain(messages: Sequence[Any], memo: ChainMemo) -> EncodedChain:
     """The chain of ``messages``, reusing the memo's links up to the first difference and
     encoding (once) only the messages after it."""
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidInputError(f"message {index} is not a JSON object")
-    shared = 0
-    old = memo.links
-    while shared < len(old) and shared < len(messages) and old[shared].matches(messages[shared]):
-        shared += 1
-    links = old[:shared]
+    if not all(map(isinstance, messages, repeat(dict))):
+        index = next(i for i, message in enumerate(messages) if not isinstance(message, dict))
+        raise InvalidInputError(f"message {index} is not a JSON object")
+    shared = _shared_prefix(messages, memo)
+    assert memo.snapshots is not None
+    links, snapshots = memo.links[:shared], memo.snapshots[:shared]
+    numbered = [index for index in memo.numbered if index < shared]
+    for index in range(min(memo.parsed, shared)):  # share the caller's leaves from now on
+        snapshots[index] = snapshot(messages[index])[0]
+    weight = memo.weight if shared == len(memo.links) else sum(map(link_weight, links))
     parent = links[-1].node if links else None
     objects: list[NewObject] = []
     for message in messages[shared:]:
+        copy, numbers, long_ints = snapshot(message)  # refuses keys that are not strings
         body = canonical_json(message)
         blob = object_id(Kind.BLOB, body)
         node_body = MessageNode(blob, parent).body()
         parent = object_id(Kind.MESSAGE, node_body)
         objects += [NewObject(blob, Kind.BLOB, body), NewObject(parent, Kind.MESSAGE, node_body)]
-        links.append(Link(parent, body))
-    return EncodedChain(links, objects, shared)
+        if numbers:
+            numbered.append(len(links))
+        links.append(Link(parent, body, numbers, long_ints))
+        snapshots.append(copy)
+        weight += link_weight(links[-1])
+    return EncodedChain(ChainMemo(None, links, None, weight, snapshots, numbered), objects, shared)
 
 
 def _get(objects: ObjectStore, oid: str, kind: Kind) -> bytes:
@@ -142,7 +234,7 @@ def _get(objects: ObjectStore, oid: str, kind: Kind) -> bytes:
 
 def read_chain(objects: ObjectStore, last: str | None, count: int) -> list[Link]:
     """The links of the chain ending at ``last``, first message first; CorruptObject if
-    the chain does not hold ``count`` messages or a message is not a JSON object."""
+    the chain does not hold ``count`` messages."""
     nodes: list[tuple[str, str]] = []  # node oid, message blob oid, newest first
     current = last
     while current is not None:
@@ -158,7 +250,7 @@ def read_chain(objects: ObjectStore, last: str | None, count: int) -> list[Link]
     return [Link(node, body) for (node, _), body in zip(nodes, bodies, strict=True)]
 
 
-def _read_blobs(objects: ObjectStore, oids: Iterable[str]) -> Iterator[bytes]:
+def _read_blobs(objects: ObjectStore, oids: list[str]) -> Iterator[bytes]:
     for oid in oids:
         yield _get(objects, oid, Kind.BLOB)
 
@@ -168,7 +260,7 @@ def parse_messages(links: Sequence[Link]) -> list[dict[str, Any]]:
     messages = []
     for link in links:
         try:
-            message = parse_json(link.body)
+            message = parse_json(link.body, long_ints=link.long_ints is not False)
         except (ValueError, RecursionError) as exc:
             raise CorruptObject("checkpoint message is not JSON", link.node) from exc
         if not isinstance(message, dict):

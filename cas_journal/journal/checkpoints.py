@@ -196,7 +196,8 @@ class CheckpointStore:
             swap = RefUpdate(name, head, oid, f"save {checkpoint.iteration}")
             if commit_or_report(self.store, objects, swap, result=saved):
                 self._nodes.put(oid, node)
-                self._memos.put(checkpoint.run_id, ChainMemo(oid, chain.links, prompt_oid))
+                chain.memo.checkpoint, chain.memo.prompt = oid, prompt_oid
+                self._memos.put(checkpoint.run_id, chain.memo)
                 return saved
             head = self._head(checkpoint.run_id)
             based_on_head = False

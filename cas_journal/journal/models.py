@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, SkipValidation
 
 from .content import ContentBlock, ToolCall, block_tool_calls, check_content, content_text
 
@@ -274,7 +274,10 @@ class Checkpoint(BaseModel):
     """A run's conversation state after one iteration.
 
     ``messages`` are arbitrary JSON-compatible dicts (Anthropic or OpenAI message params)
-    and load back equal. ``message_count`` is filled in when a checkpoint is read, so
+    and load back equal. They are kept as given, not copied or checked one by one when
+    the model is built (a run's list grows to hundreds of messages, saved every step):
+    ``CheckpointStore.save`` checks them, refusing anything that is not a JSON object
+    with string keys. ``message_count`` is filled in when a checkpoint is read, so
     listings that skip the messages still say how many there are.
     """
 
@@ -283,7 +286,7 @@ class Checkpoint(BaseModel):
     run_id: str
     task_name: str = ""
     iteration: int = 0
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    messages: list[SkipValidation[dict[str, Any]]] = Field(default_factory=list)
     system_prompt: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
