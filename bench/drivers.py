@@ -129,8 +129,9 @@ def _read_all(system: System, threads: list[str]) -> int:
     return sum(system.read_path(thread) for thread in threads)
 
 
-def run_deep(system: System, scale: wl.Scale, cold: ColdRunner,
-             batch_system: System | None) -> dict[str, Any]:
+def run_deep(
+    system: System, scale: wl.Scale, cold: ColdRunner, batch_system: System | None
+) -> dict[str, Any]:
     """Workload 2: one long thread; append throughput, path reads, fork vs history."""
     out: dict[str, Any] = {}
     first = True
@@ -198,10 +199,14 @@ def run_checkpoints(system: System, scale: wl.Scale, cold: ColdRunner) -> dict[s
         size = system.stored()
         series.append(size["bytes"])
         series_du.append(size["du"])
-    out: dict[str, Any] = {"save": summary(lat), "save_by_iteration": lat,
-                           "bytes_by_iteration": series,
-                           "du_by_iteration": series_du, "iterations": len(lat),
-                           "messages": len(messages)}
+    out: dict[str, Any] = {
+        "save": summary(lat),
+        "save_by_iteration": lat,
+        "bytes_by_iteration": series,
+        "du_by_iteration": series_du,
+        "iterations": len(lat),
+        "messages": len(messages),
+    }
     out["save_first10"] = summary(lat[:10])
     out["save_last10"] = summary(lat[-10:])
     # the cost per save must not grow with what is already saved: iterations 1-50

@@ -70,10 +70,20 @@ def objects_section(results: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, row in obj["sizes"].items():
-        cells = [spread(row.get(k)) for k in (
-            "hash_zstd", "unzstd_verify", "write_rename", "write_fsync_rename",
-            "write_fsync_rename_dirsync", "read_file", "append_open_file", "shm_write_rename",
-            "shm_write_fsync_rename_dirsync")]
+        cells = [
+            spread(row.get(k))
+            for k in (
+                "hash_zstd",
+                "unzstd_verify",
+                "write_rename",
+                "write_fsync_rename",
+                "write_fsync_rename_dirsync",
+                "read_file",
+                "append_open_file",
+                "shm_write_rename",
+                "shm_write_fsync_rename_dirsync",
+            )
+        ]
         head = f"{label} (zstd \u00d7{row['frame_ratio']:.2f})"
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
     return [*lines, ""]
@@ -95,33 +105,47 @@ def forks_section(runs: Runs) -> list[str]:
         "(apparent); `du` = allocated blocks (4 KiB per small file on ext4).",
         "",
     ]
-    cols = [(f"after {p} forks", (lambda m, p=p: get(m, "snapshots", str(p), "bytes")), fmt_bytes)
-            for p in points]
+    cols = [
+        (f"after {p} forks", (lambda m, p=p: get(m, "snapshots", str(p), "bytes")), fmt_bytes)
+        for p in points
+    ]
     cols += [
         ("du at end", lambda m: get(m, "stored", "du"), fmt_bytes),
         ("after own compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
         ("compaction time", lambda m: get(m, "compact_seconds"), fmt_time),
     ]
-    lines += table(runs, "forks", cols, lambda s, m: [runs.by[("forks", s)].get("compaction", "")],
-                   ["compaction step"])
+    lines += table(
+        runs,
+        "forks",
+        cols,
+        lambda s, m: [runs.by[("forks", s)].get("compaction", "")],
+        ["compaction step"],
+    )
     if first:
-        lines.append("| logical (every thread's path, payload bytes only) | | "
-                     + " | ".join(fmt_bytes(first["logical_at"].get(str(p))) for p in points)
-                     + " | | | | |")
+        lines.append(
+            "| logical (every thread's path, payload bytes only) | | "
+            + " | ".join(fmt_bytes(first["logical_at"].get(str(p))) for p in points)
+            + " | | | | |"
+        )
     lines += ["", "Latencies in the same run:", ""]
-    lines += table(runs, "forks", [
-        ("append", _median("append"), fmt_time),
-        ("fork", _median("fork"), fmt_time),
-        ("read last fork's path (warm)", _median("read_path_warm"), fmt_time),
-        ("read every path (warm)", _median("read_all_paths_warm"), fmt_time),
-        ("read every path (cold)", _median("read_all_paths_cold"), fmt_time),
-        ("every path after compaction (warm)", _median("read_all_paths_warm_packed"),
-         fmt_time),
-        ("every path after compaction (cold)", _median("read_all_paths_cold_packed"),
-         fmt_time),
-    ])
-    errors = [f"- {s}: compaction failed: {m['compact_error']}" for s in systems
-              if (m := runs.ok("forks", s)) and "compact_error" in m]
+    lines += table(
+        runs,
+        "forks",
+        [
+            ("append", _median("append"), fmt_time),
+            ("fork", _median("fork"), fmt_time),
+            ("read last fork's path (warm)", _median("read_path_warm"), fmt_time),
+            ("read every path (warm)", _median("read_all_paths_warm"), fmt_time),
+            ("read every path (cold)", _median("read_all_paths_cold"), fmt_time),
+            ("every path after compaction (warm)", _median("read_all_paths_warm_packed"), fmt_time),
+            ("every path after compaction (cold)", _median("read_all_paths_cold_packed"), fmt_time),
+        ],
+    )
+    errors = [
+        f"- {s}: compaction failed: {m['compact_error']}"
+        for s in systems
+        if (m := runs.ok("forks", s)) and "compact_error" in m
+    ]
     return [*lines, "", *errors, ""]
 
 
@@ -141,25 +165,33 @@ def deep_section(runs: Runs) -> list[str]:
         "the rest is that loop over pydantic entries.",
         "",
     ]
-    lines += table(runs, "deep", [
-        ("append (single)", _median("append"), fmt_time),
-        ("appends/s", lambda m: get(m, "appends_per_s"), fmt_rate),
-        ("batched appends/s", lambda m: get(m, "batched_appends_per_s"), fmt_rate),
-        ("path read warm", _median("read_path_warm"), fmt_time),
-        ("path read cold", _median("read_path_cold"), fmt_time),
-        ("path read after compaction (warm)", _median("read_path_warm_packed"), fmt_time),
-        ("path read after compaction (cold)", _median("read_path_cold_packed"), fmt_time),
-        ("stored", lambda m: get(m, "stored", "bytes"), fmt_bytes),
-        ("du", lambda m: get(m, "stored", "du"), fmt_bytes),
-        ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
-    ])
+    lines += table(
+        runs,
+        "deep",
+        [
+            ("append (single)", _median("append"), fmt_time),
+            ("appends/s", lambda m: get(m, "appends_per_s"), fmt_rate),
+            ("batched appends/s", lambda m: get(m, "batched_appends_per_s"), fmt_rate),
+            ("path read warm", _median("read_path_warm"), fmt_time),
+            ("path read cold", _median("read_path_cold"), fmt_time),
+            ("path read after compaction (warm)", _median("read_path_warm_packed"), fmt_time),
+            ("path read after compaction (cold)", _median("read_path_cold_packed"), fmt_time),
+            ("stored", lambda m: get(m, "stored", "bytes"), fmt_bytes),
+            ("du", lambda m: get(m, "stored", "du"), fmt_bytes),
+            ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
+        ],
+    )
     first = next((runs.ok("deep", s) for s in runs.systems("deep") if runs.ok("deep", s)), {})
     hist = sorted(int(h) for h in (first or {}).get("fork_by_history", {}))
     lines += ["", "Fork latency vs history length (fork at entry H of the deep thread):", ""]
-    lines += table(runs, "deep", [
-        (f"H={h:,}", (lambda m, h=h: get(m, "fork_by_history", str(h), "median")), fmt_time)
-        for h in hist
-    ])
+    lines += table(
+        runs,
+        "deep",
+        [
+            (f"H={h:,}", (lambda m, h=h: get(m, "fork_by_history", str(h), "median")), fmt_time)
+            for h in hist
+        ],
+    )
     return [*lines, ""]
 
 
@@ -172,23 +204,28 @@ def checkpoints_section(runs: Runs) -> list[str]:
         "",
         "One run; every iteration adds 3 Anthropic-style messages (~2 KB each) to the "
         "cumulative list and saves. Save latency for LangGraph is one `graph.invoke` with "
-        "`durability=\"sync\"` (graph overhead included).",
+        '`durability="sync"` (graph overhead included).',
         "",
     ]
-    lines += table(runs, "checkpoints", [
-        ("save", _median("save"), fmt_time),
-        ("save, first 10", _median("save_first10"), fmt_time),
-        ("save, last 10", _median("save_last10"), fmt_time),
-        ("save, iterations 1-50", _median("save_1_50"), fmt_time),
-        ("save, iterations 150-200", _median("save_150_200"), fmt_time),
-        ("load newest (warm)", _median("load_warm"), fmt_time),
-        ("load newest (cold)", _median("load_cold"), fmt_time),
-        ("load after compaction (warm)", _median("load_warm_packed"), fmt_time),
-        ("load after compaction (cold)", _median("load_cold_packed"), fmt_time),
-        ("total bytes", lambda m: get(m, "stored", "bytes"), fmt_bytes),
-        ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
-    ], lambda s, m: [KEEPS_HISTORY.get(s, "yes"), str(m.get("checkpoint_rows", ""))],
-        ["keeps every iteration", "checkpoint rows"])
+    lines += table(
+        runs,
+        "checkpoints",
+        [
+            ("save", _median("save"), fmt_time),
+            ("save, first 10", _median("save_first10"), fmt_time),
+            ("save, last 10", _median("save_last10"), fmt_time),
+            ("save, iterations 1-50", _median("save_1_50"), fmt_time),
+            ("save, iterations 150-200", _median("save_150_200"), fmt_time),
+            ("load newest (warm)", _median("load_warm"), fmt_time),
+            ("load newest (cold)", _median("load_cold"), fmt_time),
+            ("load after compaction (warm)", _median("load_warm_packed"), fmt_time),
+            ("load after compaction (cold)", _median("load_cold_packed"), fmt_time),
+            ("total bytes", lambda m: get(m, "stored", "bytes"), fmt_bytes),
+            ("after compaction", lambda m: get(m, "compacted", "bytes"), fmt_bytes),
+        ],
+        lambda s, m: [KEEPS_HISTORY.get(s, "yes"), str(m.get("checkpoint_rows", ""))],
+        ["keeps every iteration", "checkpoint rows"],
+    )
     return [*lines, ""]
 
 
@@ -204,16 +241,27 @@ def many_section(runs: Runs) -> list[str]:
         "commit time). Open = thread metadata + its path.",
         "",
     ]
-    lines += table(runs, "many", [
-        ("first page warm", _median("list_warm"), fmt_time),
-        ("first page cold", _median("list_cold"), fmt_time),
-        ("open thread warm", _median("open_warm"), fmt_time),
-        ("open thread cold", _median("open_cold"), fmt_time),
-        ("build", lambda m: get(m, "build_seconds"), fmt_time),
-        ("stored", lambda m: get(m, "stored", "bytes"), fmt_bytes),
-        ("du", lambda m: get(m, "stored", "du"), fmt_bytes),
-        ("files", lambda m: get(m, "stored", "files"), lambda v: "n/a" if v is None else f"{v:,}"),
-    ], lambda s, m: [str(m.get("threads", ""))], ["threads"], durable_text="no (bulk load)")
+    lines += table(
+        runs,
+        "many",
+        [
+            ("first page warm", _median("list_warm"), fmt_time),
+            ("first page cold", _median("list_cold"), fmt_time),
+            ("open thread warm", _median("open_warm"), fmt_time),
+            ("open thread cold", _median("open_cold"), fmt_time),
+            ("build", lambda m: get(m, "build_seconds"), fmt_time),
+            ("stored", lambda m: get(m, "stored", "bytes"), fmt_bytes),
+            ("du", lambda m: get(m, "stored", "du"), fmt_bytes),
+            (
+                "files",
+                lambda m: get(m, "stored", "files"),
+                lambda v: "n/a" if v is None else f"{v:,}",
+            ),
+        ],
+        lambda s, m: [str(m.get("threads", ""))],
+        ["threads"],
+        durable_text="no (bulk load)",
+    )
     return [*lines, ""]
 
 
@@ -253,25 +301,28 @@ def errors_section(runs: Runs) -> list[str]:
     bad = [r for r in runs.by.values() if "error" in r]
     if not bad:
         return []
-    return ["## Errors", ""] + [f"- {r['workload']} / {r['system']}: {r['error'][:300]}"
-                               for r in bad] + [""]
+    return (
+        ["## Errors", ""]
+        + [f"- {r['workload']} / {r['system']}: {r['error'][:300]}" for r in bad]
+        + [""]
+    )
 
 
 SYSTEM_NOTES = {
     "cas": "entries/payloads/thread states as BLAKE3-named zstd objects; fork = ref copy; "
-           "checkpoints share unchanged message nodes",
+    "checkpoints share unchanged message nodes",
     "cas-nd": "as cas, no fsync",
     "jsonl": "one .jsonl per thread, fork copies prefix lines; checkpoints: one line per "
-             "iteration with the full list",
+    "iteration with the full list",
     "jsonl-fsync": "as jsonl, fsync after every append",
     "seedfs": "the Go seed's layout: dir per thread, entries.jsonl (entry JSON with raw + "
-              "raw_hash) + thread.json rewritten per append; fork rewrites the path under new "
-              "ids; checkpoints: one JSON file per run, overwritten",
+    "raw_hash) + thread.json rewritten per append; fork rewrites the path under new "
+    "ids; checkpoints: one JSON file per run, overwritten",
     "sqlite": "threads + entries tables, fork copies rows; checkpoints: one row per iteration "
-              "with the full list",
+    "with the full list",
     "sqlite-nd": "as sqlite, synchronous=OFF",
     "git": "dulwich: commit per entry with a one-blob tree, branch per thread, fork = new "
-           "ref; checkpoints: commit per iteration, one blob per message",
+    "ref; checkpoints: commit per iteration, one blob per message",
     "langgraph": "StateGraph, messages channel (list + operator.add), SqliteSaver",
     "langgraph-delta": "the same graph, messages as DeltaChannel (beta)",
     "baseline": "stores nothing (memory and time of the workload itself)",
@@ -286,13 +337,19 @@ def systems_section(runs: Runs) -> list[str]:
             seen.setdefault(system, run)
     if not seen:
         return []
-    lines = ["## Systems", "", "| system | what | durable | compaction step | layout |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "## Systems",
+        "",
+        "| system | what | durable | compaction step | layout |",
+        "|---|---|---|---|---|",
+    ]
     order = {name: i for i, name in enumerate(SYSTEM_NOTES)}
     for system in sorted(seen, key=lambda s: order.get(s, 99)):
         run = seen[system]
-        lines.append(f"| {system} | {run['label']} | {'yes' if run.get('durable') else 'no'} "
-                     f"| {run.get('compaction', '')} | {SYSTEM_NOTES.get(system, '')} |")
+        lines.append(
+            f"| {system} | {run['label']} | {'yes' if run.get('durable') else 'no'} "
+            f"| {run.get('compaction', '')} | {SYSTEM_NOTES.get(system, '')} |"
+        )
     return [*lines, ""]
 
 
@@ -308,47 +365,83 @@ def journal_goals_section(runs: Runs) -> list[str]:
     def add(goal: str, value: str, verdict: bool | None) -> None:
         rows.append((goal, value, "n/a" if verdict is None else ("met" if verdict else "MISSED")))
 
-    def check(goal: str, value: float | None, target: float, fmt: Callable[[Any], str] = fmt_time,
-              at_most: bool = True) -> None:
+    def check(
+        goal: str,
+        value: float | None,
+        target: float,
+        fmt: Callable[[Any], str] = fmt_time,
+        at_most: bool = True,
+    ) -> None:
         verdict = None if value is None else (value <= target if at_most else value >= target)
         add(goal, fmt(value), verdict)
 
     for system, target, label in (("cas-nd", 2e-3, "durable=False"), ("cas", 3e-3, "durable")):
-        check(f"checkpoint save, iterations 150-200, {label} (<= {fmt_time(target)})",
-              med("checkpoints", system, "save_150_200"), target)
+        check(
+            f"checkpoint save, iterations 150-200, {label} (<= {fmt_time(target)})",
+            med("checkpoints", system, "save_150_200"),
+            target,
+        )
         early, late = (med("checkpoints", system, k) for k in ("save_1_50", "save_150_200"))
         flat = late / early if early and late else None
-        check(f"save cost flat, {label}: median 150-200 / median 1-50 (<= 1.5)", flat, 1.5,
-              lambda r: "n/a" if r is None else f"{r:.2f}")
+        check(
+            f"save cost flat, {label}: median 150-200 / median 1-50 (<= 1.5)",
+            flat,
+            1.5,
+            lambda r: "n/a" if r is None else f"{r:.2f}",
+        )
     saver, ours = med("checkpoints", "langgraph", "save"), med("checkpoints", "cas", "save")
-    check("save vs LangGraph SqliteSaver, same run, durable (>= 4x faster)",
-          saver / ours if saver and ours else None, 4.0,
-          lambda r: "n/a" if r is None else f"{r:.1f}x", at_most=False)
+    check(
+        "save vs LangGraph SqliteSaver, same run, durable (>= 4x faster)",
+        saver / ours if saver and ours else None,
+        4.0,
+        lambda r: "n/a" if r is None else f"{r:.1f}x",
+        at_most=False,
+    )
     for system in ("cas", "cas-nd"):
-        check(f"load newest, new process, {system} (<= 5 ms)",
-              med("checkpoints", system, "load_cold"), 5e-3)
-        check(f"load newest, warm, {system} (<= 1 ms)", med("checkpoints", system, "load_warm"),
-              1e-3)
-        check(f"path of the 10,000-entry thread, new process, packed, {system} (<= 100 ms)",
-              med("deep", system, "read_path_cold_packed"), 0.1)
-        check(f"path of the 10,000-entry thread, warm, {system} (<= 5 ms)",
-              med("deep", system, "read_path_warm"), 5e-3)
+        check(
+            f"load newest, new process, {system} (<= 5 ms)",
+            med("checkpoints", system, "load_cold"),
+            5e-3,
+        )
+        check(
+            f"load newest, warm, {system} (<= 1 ms)", med("checkpoints", system, "load_warm"), 1e-3
+        )
+        check(
+            f"path of the 10,000-entry thread, new process, packed, {system} (<= 100 ms)",
+            med("deep", system, "read_path_cold_packed"),
+            0.1,
+        )
+        check(
+            f"path of the 10,000-entry thread, warm, {system} (<= 5 ms)",
+            med("deep", system, "read_path_warm"),
+            5e-3,
+        )
         jsonl = med("forks", "jsonl", "read_all_paths_cold")
         for key, what in (("read_all_paths_cold", "new process"), ("read_all_paths_warm", "warm")):
             mine = med("forks", system, key)
             peer = med("forks", "jsonl", key) if key.endswith("warm") else jsonl
-            check(f"every path of the forks workload, {what}, {system} / JSONL (<= 1)",
-                  mine / peer if mine and peer else None, 1.0,
-                  lambda r: "n/a" if r is None else f"{r:.2f}")
+            check(
+                f"every path of the forks workload, {what}, {system} / JSONL (<= 1)",
+                mine / peer if mine and peer else None,
+                1.0,
+                lambda r: "n/a" if r is None else f"{r:.2f}",
+            )
     m = runs.ok("checkpoints", "cas")
     packed, final = get(m, "compacted", "bytes"), get(m, "final_list_bytes")
-    check("checkpoint bytes after pack / final message list (<= 0.41)",
-          packed / final if packed and final else None, 0.41,
-          lambda r: "n/a" if r is None else f"{r:.2f}")
+    check(
+        "checkpoint bytes after pack / final message list (<= 0.41)",
+        packed / final if packed and final else None,
+        0.41,
+        lambda r: "n/a" if r is None else f"{r:.2f}",
+    )
     if not any(verdict != "n/a" for _, _, verdict in rows):
         return []
-    lines = ["## Journal goals (checkpoints and cold reads)", "",
-             "| goal | measured | |", "|---|---|---|"]
+    lines = [
+        "## Journal goals (checkpoints and cold reads)",
+        "",
+        "| goal | measured | |",
+        "|---|---|---|",
+    ]
     lines += [f"| {goal} | {value} | {verdict} |" for goal, value, verdict in rows]
     return [*lines, ""]
 

@@ -24,10 +24,23 @@ from .measure import peak_rss_bytes
 
 def cold_op(system_name: str, root: Path, op: str, thread: str) -> float:
     """Run ``op`` in a new Python process and return what it measured."""
-    cmd = [sys.executable, "-m", "bench.worker", "cold", "--system", system_name,
-           "--root", str(root), "--op", op, "--thread", thread]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parent.parent)
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.worker",
+        "cold",
+        "--system",
+        system_name,
+        "--root",
+        str(root),
+        "--op",
+        op,
+        "--thread",
+        thread,
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent
+    )
     if done.returncode != 0:
         raise RuntimeError(f"cold {op} failed: {done.stderr.strip()[-2000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
@@ -66,8 +79,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         root = Path(args.root)
         system = make_system(args.system, root)
-        result.update(label=system.label, durable=system.durable,
-                      compaction=system.compaction, features=sorted(system.features))
+        result.update(
+            label=system.label,
+            durable=system.durable,
+            compaction=system.compaction,
+            features=sorted(system.features),
+        )
         scale = SCALES[args.scale]
 
         def cold(op: str, thread: str) -> float:
