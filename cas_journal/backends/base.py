@@ -131,6 +131,14 @@ class ObjectStore(abc.ABC):
     def get(self, oid: str) -> tuple[Kind, bytes]:
         """Return ``(kind, body)``; ObjectNotFound if absent, CorruptObject if damaged."""
 
+    def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
+        """Read several objects, each verified like ``get``: ``(oid, kind, body)`` in
+        whatever order the backend reads fastest (a backend with packs reads each block
+        once). ObjectNotFound for an absent one. The default reads them one by one."""
+        for oid in oids:
+            kind, body = self.get(oid)
+            yield oid, kind, body
+
     @abc.abstractmethod
     def has(self, oid: str) -> bool:
         """True if the object is stored here."""

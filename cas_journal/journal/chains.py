@@ -24,13 +24,13 @@ caller's messages match them), so it survives reopening the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, cast
 
 from ..backends import NewObject, ObjectStore
-from ..errors import CorruptObject, InvalidInputError
+from ..errors import CorruptObject, InvalidInputError, ObjectNotFound
 from ..objects import Kind, MessageNode, canonical_json, object_id
 from ..objects.canonical import parse_json
 
@@ -246,13 +246,15 @@ def read_chain(objects: ObjectStore, last: str | None, count: int) -> list[Link]
     if len(nodes) != count:
         raise CorruptObject(f"message chain has {len(nodes)} links, expected {count}", last)
     nodes.reverse()
-    bodies = _read_blobs(objects, [blob for _, blob in nodes])
-    return [Link(node, body) for (node, _), body in zip(nodes, bodies, strict=True)]
-
-
-def _read_blobs(objects: ObjectStore, oids: list[str]) -> Iterator[bytes]:
-    for oid in oids:
-        yield _get(objects, oid, Kind.BLOB)
+    bodies: dict[str, bytes] = {}
+    for oid, kind, body in objects.get_many({blob for _, blob in nodes}):
+        if kind is not Kind.BLOB:
+            raise CorruptObject(f"expected a blob, found a {kind.value}", oid)
+        bodies[oid] = body
+    missing = next((blob for _, blob in nodes if blob not in bodies), None)
+    if missing is not None:
+        raise ObjectNotFound(f"object {missing} not found")
+    return [Link(node, bodies[blob]) for node, blob in nodes]
 
 
 def parse_messages(links: Sequence[Link]) -> list[dict[str, Any]]:

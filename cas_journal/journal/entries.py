@@ -30,6 +30,15 @@ PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 _ENTRY = Constructor(Entry)
 
 
+def _payload_text(oid: str, kind: Kind, body: bytes) -> str:
+    if kind is not Kind.BLOB:
+        raise CorruptObject(f"entry payload is a {kind.value}, not a blob", oid)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptObject("entry payload is not UTF-8", oid) from exc
+
+
 class EntryReader:
     """Builds Entry objects and paths for a thread."""
 
@@ -52,13 +61,7 @@ class EntryReader:
         cached = self._payloads.get(oid)
         if cached is None:
             kind, body = self.graph.objects.get(oid)
-            if kind is not Kind.BLOB:
-                raise CorruptObject(f"entry payload is a {kind.value}, not a blob", oid)
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise CorruptObject("entry payload is not UTF-8", oid) from exc
-            cached = self._payloads.put(oid, text)
+            cached = self._payloads.put(oid, _payload_text(oid, kind, body))
         return cached
 
     def build(self, oid: str, node: EntryNode, raw: str, thread_id: str) -> Entry:
@@ -113,9 +116,29 @@ class EntryReader:
             tail.append(current)
             current = self.graph.node(current).parent
         tail.reverse()
-        full = prefix + tuple(self.entry(thread_id, oid) for oid in tail)
+        full = prefix + tuple(self._entries_of(thread_id, tail))
         self._paths.put((thread_id, leaf), full)
         return list(full)
+
+    def _entries_of(self, thread_id: str, oids: list[str]) -> list[Entry]:
+        """The entries ``oids`` (nodes cached), their payloads read in one ``get_many``."""
+        found = [self._entries.get((thread_id, oid)) for oid in oids]
+        nodes = [self.graph.node(oid) for oid in oids]
+        wanted = {
+            node.payload
+            for entry, node in zip(found, nodes, strict=True)
+            if entry is None and self._payloads.get(node.payload) is None
+        }
+        texts: dict[str, str] = {}
+        for oid, kind, body in self.graph.objects.get_many(wanted):
+            texts[oid] = _payload_text(oid, kind, body)
+        for index, (oid, node) in enumerate(zip(oids, nodes, strict=True)):
+            if found[index] is None:
+                text = texts.get(node.payload) or self.raw_payload(node.payload)
+                found[index] = self._entries.put(
+                    (thread_id, oid), self.build(oid, node, text, thread_id)
+                )
+        return found  # type: ignore[return-value]
 
     def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
         """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).

@@ -85,11 +85,29 @@ def _plan(annotation: Any) -> Convert:
 
 
 class Constructor(Generic[M]):
-    """Builds ``model`` instances from plain dicts (see the module docstring)."""
+    """Builds ``model`` instances from plain dicts (see the module docstring).
+
+    For a model without private attributes, aliases or required fields it sets the
+    instance's fields directly (what ``model_construct`` does, without its per-field
+    alias handling); otherwise it calls ``model_construct``.
+    """
 
     def __init__(self, model: type[M]) -> None:
         self.model = model
         self.plans: dict[str, Convert] | None = None  # built on first use (models may nest)
+        fields = model.model_fields
+        self._direct = not model.__private_attributes__ and all(
+            field.alias is None and field.validation_alias is None and not field.is_required()
+            for field in fields.values()
+        )
+        self._defaults = {
+            name: field.default for name, field in fields.items() if field.default_factory is None
+        }
+        self._factories = {
+            name: field.default_factory
+            for name, field in fields.items()
+            if field.default_factory is not None
+        }
 
     def _plans(self) -> dict[str, Convert]:
         if self.plans is None:
@@ -103,8 +121,7 @@ class Constructor(Generic[M]):
             }
         return self.plans
 
-    def __call__(self, data: Any) -> M:
-        """The model holding ``data``'s fields (missing ones at their defaults)."""
+    def _values(self, data: Any) -> dict[str, Any]:
         if type(data) is not dict:
             raise ValueError(f"expected an object for {self.model.__name__}")
         plans = self._plans()
@@ -114,12 +131,33 @@ class Constructor(Generic[M]):
             if plan is None:
                 raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
             values[name] = plan(value)
-        return self.model.model_construct(_fields_set=set(values), **values)
+        return values
 
-    def with_fields(self, data: dict[str, Any], trusted: dict[str, Any]) -> M:
+    def _build(self, values: dict[str, Any], fields_set: set[str]) -> M:
+        if not self._direct:
+            return self.model.model_construct(_fields_set=fields_set, **values)
+        fields = dict(self._defaults)
+        for name, factory in self._factories.items():
+            if name not in values:
+                fields[name] = factory()  # type: ignore[call-arg]
+        fields.update(values)
+        model = self.model.__new__(self.model)
+        object.__setattr__(model, "__dict__", fields)
+        object.__setattr__(model, "__pydantic_fields_set__", fields_set)
+        object.__setattr__(model, "__pydantic_extra__", None)
+        object.__setattr__(model, "__pydantic_private__", None)
+        return model
+
+    def __call__(self, data: Any) -> M:
+        """The model holding ``data``'s fields (missing ones at their defaults)."""
+        values = self._values(data)
+        return self._build(values, set(values))
+
+    def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
         the caller built itself: oids, an aware UTC time)."""
-        model = self(data)
-        model.__dict__.update(trusted)
-        model.__pydantic_fields_set__.update(trusted)
-        return model
+        values = self._values(data)
+        fields_set = set(values)
+        values.update(trusted)
+        fields_set.update(trusted)
+        return self._build(values, fields_set)

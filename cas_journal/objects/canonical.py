@@ -16,6 +16,7 @@ compares both paths on random values.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from types import ModuleType
@@ -152,13 +153,32 @@ def format_time(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-def parse_time(text: str) -> datetime:
-    """Parse a canonical timestamp back into an aware UTC datetime (ValueError if malformed)."""
-    if not isinstance(text, str) or len(text) != 27 or not text.endswith("Z"):
+@functools.lru_cache(maxsize=8192)
+def _parse_time(text: str) -> datetime:
+    if len(text) != 27 or not text.endswith("Z"):
         raise ValueError(f"not a canonical timestamp: {text!r}")
     if text[4] != "-" or text[10] != "T" or text[19] != "." or not text[20:26].isdigit():
         raise ValueError(f"not a canonical timestamp: {text!r}")
     return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+
+
+def parse_time(text: str) -> datetime:
+    """Parse a canonical timestamp back into an aware UTC datetime (ValueError if malformed).
+
+    Recently parsed texts are remembered (a node's time is checked when it is read and
+    turned into a datetime when its entry is built; datetimes are immutable)."""
+    if not isinstance(text, str):
+        raise ValueError(f"not a canonical timestamp: {text!r}")
+    return _parse_time(text)
+
+
+def is_canonical_time(value: object) -> bool:
+    """True if ``value`` is a canonical timestamp (see ``parse_time``)."""
+    try:
+        parse_time(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def utc_now() -> datetime:

@@ -9,6 +9,7 @@ allocates anything, decompresses exactly that much, and verifies the hash.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 
@@ -25,12 +26,12 @@ MAX_HEADER_LENGTH = 32
 """The canonical header is ``kind SP decimal-length NUL``; it is never longer than this."""
 COMPRESSION_LEVEL = 3
 
-_HEX = frozenset("0123456789abcdef")
+_OID = re.compile(r"[0-9a-f]{64}")
 
 
 def is_oid(value: object) -> bool:
     """True if value is a full object id: 64 lowercase hex digits."""
-    return isinstance(value, str) and len(value) == OID_HEX_LENGTH and _HEX.issuperset(value)
+    return isinstance(value, str) and _OID.fullmatch(value) is not None
 
 
 def require_oid(value: object, what: str = "object id") -> str:

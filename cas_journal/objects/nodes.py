@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from ..errors import CorruptObject
-from .canonical import canonical_json, parse_json, parse_time
+from .canonical import canonical_json, is_canonical_time, parse_json
 from .codec import is_oid
 from .kinds import Kind
 
@@ -99,11 +99,11 @@ def meeting_point(
 class _Reader:
     """Validating accessors over one parsed JSON object (raise CorruptObject on misuse)."""
 
-    def __init__(self, oid: str | None, body: bytes, what: str) -> None:
+    def __init__(self, oid: str | None, body: bytes, what: str, long_ints: bool = True) -> None:
         self.oid = oid
         self.what = what
         try:
-            value = parse_json(body)
+            value = parse_json(body, long_ints)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CorruptObject(f"{what} body is not valid JSON", oid) from exc
         if not isinstance(value, dict):
@@ -141,10 +141,8 @@ class _Reader:
 
     def time_field(self, name: str) -> str:
         value = self.value.get(name)
-        try:
-            parse_time(value)  # type: ignore[arg-type]
-        except (ValueError, TypeError) as exc:
-            raise self.fail(f"field {name!r} is not a canonical timestamp") from exc
+        if not is_canonical_time(value):
+            raise self.fail(f"field {name!r} is not a canonical timestamp")
         assert isinstance(value, str)
         return value
 
@@ -215,22 +213,29 @@ class EntryNode:
 
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> EntryNode:
-        """Parse and validate an entry body."""
-        r = _Reader(oid, body, "entry")
-        r.only(cls.FIELDS)
-        node = cls(
-            payload=r.oid_field("payload", required=True) or "",
-            created_at=r.time_field("created_at"),
-            depth=r.int_field("depth"),
-            parent=r.oid_field("parent"),
-            skip=r.oid_field("skip"),
-            turn_id=r.str_field("turn_id"),
-        )
-        if node.depth < 0 or (node.parent is None) != (node.depth == 0):
-            raise r.fail("depth and parent disagree")
-        if (node.skip is not None) != (node.depth >= 2):
-            raise r.fail("skip pointer missing or unexpected")
-        return node
+        """Parse and validate an entry body (written out: it runs once per entry of every
+        path read from the store)."""
+        # an integer beyond 64 bits may come back as a float: refused as "not an integer"
+        value = _Reader(oid, body, "entry", long_ints=False).value
+        if not cls.FIELDS.issuperset(value):
+            raise CorruptObject(f"entry: unknown fields {sorted(set(value) - cls.FIELDS)}", oid)
+        payload, parent, skip = value.get("payload"), value.get("parent"), value.get("skip")
+        depth, turn_id = value.get("depth", 0), value.get("turn_id", "")
+        created_at = value.get("created_at")
+        for name, ref in (("payload", payload), ("parent", parent), ("skip", skip)):
+            if (ref is not None or name == "payload") and not is_oid(ref):
+                raise CorruptObject(f"entry: field {name!r} is not an object id", oid)
+        if type(depth) is not int:
+            raise CorruptObject("entry: field 'depth' is not an integer", oid)
+        if type(turn_id) is not str:
+            raise CorruptObject("entry: field 'turn_id' is not a string", oid)
+        if not is_canonical_time(created_at):
+            raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
+        if depth < 0 or (parent is None) != (depth == 0):
+            raise CorruptObject("entry: depth and parent disagree", oid)
+        if (skip is not None) != (depth >= 2):
+            raise CorruptObject("entry: skip pointer missing or unexpected", oid)
+        return cls(cast(str, payload), cast(str, created_at), depth, parent, skip, turn_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,11 +436,15 @@ class MessageNode:
     @classmethod
     def parse(cls, body: bytes, oid: str | None = None) -> MessageNode:
         """Parse and validate a message-node body."""
-        r = _Reader(oid, body, "message node")
-        r.only(cls.FIELDS)
-        return cls(
-            message=r.oid_field("message", required=True) or "", parent=r.oid_field("parent")
-        )
+        value = _Reader(oid, body, "message node", long_ints=False).value
+        if not cls.FIELDS.issuperset(value):
+            raise CorruptObject(
+                f"message node: unknown fields {sorted(set(value) - cls.FIELDS)}", oid
+            )
+        message, parent = value.get("message"), value.get("parent")
+        if not is_oid(message) or (parent is not None and not is_oid(parent)):
+            raise CorruptObject("message node: a field is not an object id", oid)
+        return cls(cast(str, message), parent)
 
 
 Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode
