@@ -470,3 +470,24 @@ def test_parse_json_keeps_big_integers_exact():
     }
     assert parse_json(b"[18446744073709551616, 1.5]") == [18446744073709551616, 1.5]
     assert parse_json(b'"\\ud800"') == "\ud800"  # what the standard parser gives
+
+
+def test_everything_works_without_orjson(monkeypatch):
+    """orjson is optional (the fast extra): without it the reference encoder and the
+    standard parser do all the work, with the same bytes."""
+    import cas_journal as cj
+    from cas_journal.objects import canonical
+
+    with_fast = canonical_json({"b": [1, "\u00e9"], "a": None})
+    monkeypatch.setattr(canonical, "_fast", False)
+    assert canonical._fast_json() is None
+    assert canonical_json({"b": [1, "\u00e9"], "a": None}) == with_fast
+    assert canonical.parse_json(with_fast) == {"a": None, "b": [1, "\u00e9"]}
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="t"))
+    entry = j.append(
+        cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(content="hi"))
+    )
+    assert cj.Journal(j.store).path("t") == [entry]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=[{"n": 2**70}]))
+    assert cj.Journal(j.store).checkpoints.load("r").messages == [{"n": 2**70}]
