@@ -11,9 +11,8 @@ append rebuilds only the node). The built objects go to ``Store.commit`` as NewO
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..backends import NewObject
 from ..objects import (
@@ -34,8 +33,7 @@ NodeLookup = Callable[[str], EntryNode]
 """Reads the node of a stored (or pending) entry by oid."""
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedEntry:
+class PreparedEntry(NamedTuple):
     """An entry ready to be placed under a parent: its payload encoded and hashed once,
     its creation time fixed."""
 
@@ -47,8 +45,7 @@ class PreparedEntry:
     """``created`` as canonical text (what the node stores)."""
 
 
-@dataclass(frozen=True, slots=True)
-class BuiltEntry:
+class BuiltEntry(NamedTuple):
     """An entry's two objects, built: the node (whose oid is the entry id) and its payload."""
 
     oid: str

@@ -134,6 +134,8 @@ def parse_json(data: bytes | str, long_ints: bool = True) -> Any:
 
 def ensure_utc(moment: datetime) -> datetime:
     """Return the same instant as an aware UTC datetime; naive datetimes are refused."""
+    if moment.tzinfo is UTC:
+        return moment
     if moment.tzinfo is None or moment.tzinfo.utcoffset(moment) is None:
         raise InvalidInputError(
             f"datetime {moment!r} has no timezone; pass an aware datetime (e.g. UTC)"
