@@ -521,3 +521,29 @@ def test_gc_deletes_chains_in_one_call_where_deletion_is_atomic(j, monkeypatch):
     assert report.deleted_objects > 20 and recorder.broken == []
     assert not any(j.store.objects.has(oid) for oid in only_fork1)
     assert fsck(reopen(j).store).ok
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_fsck_checks_that_each_ref_agrees_with_what_it_points_at(j, quick):
+    """Issue 16 item 3 (fsck): a threads/x ref holding another thread's state, a run's
+    ref holding another run's checkpoint, and a state whose metadata does not parse."""
+    from cas_journal.objects import ThreadStateNode
+
+    build(j, forks=1, length=5)
+    j.checkpoints.save(cj.Checkpoint(run_id="other", iteration=1, messages=[{"a": 1}]))
+    assert fsck(j.store, quick=quick).ok
+    refs = j.store.refs
+    refs.set_if_equals("threads/victim", None, refs.read_ref("threads/base"), "test")
+    refs.set_if_equals("checkpoints/stolen", None, refs.read_ref("checkpoints/other"), "test")
+    bad = ThreadStateNode({"id": "odd", "created_at": "yesterday"})
+    refs.set_if_equals("threads/odd", None, j.store.objects.put(Kind.THREAD, bad.body()), "t")
+    report = fsck(j.store, quick=quick)
+    found = {p.subject: p.message for p in report.problems}
+    assert not report.ok and set(found) == {
+        "ref threads/victim",
+        "ref checkpoints/stolen",
+        "ref threads/odd",
+    }
+    assert "belongs to 'base'" in found["ref threads/victim"]
+    assert "belongs to 'other'" in found["ref checkpoints/stolen"]
+    assert "malformed" in found["ref threads/odd"]

@@ -5,7 +5,9 @@ packed copy), checks that every object a stored object references exists with th
 right kind, that every ref and reflog entry points at an existing object of the right
 kind, that every lease parses, and that every pack index is intact. Quick mode checks
 reachability only: it walks from the refs and reflogs, reading every structured object
-on the way and checking that every referenced blob exists.
+on the way and checking that every referenced blob exists. Both check that every ref
+agrees with what it points at: ``threads/<id>`` with a state of thread ``<id>`` whose
+metadata parses, ``checkpoints/<run>`` with a checkpoint of run ``<run>``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..backends import Store
-from ..errors import CorruptRef, JournalError
+from ..errors import CorruptObject, CorruptRef, JournalError
 from ..journal.leases import decode_lease
-from ..journal.state import LEASE_PREFIX
-from ..objects import Kind, typed_references
+from ..journal.state import CHECKPOINT_PREFIX, LEASE_PREFIX, THREAD_PREFIX, meta_from_state
+from ..objects import (
+    CheckpointNode,
+    Kind,
+    ThreadStateNode,
+    is_oid,
+    parse_node,
+    typed_references,
+)
 from .repair import repair
 from .reports import FsckReport, Problem, Progress
 from .walk import ROOT_PREFIXES, walk
@@ -47,6 +56,7 @@ def fsck(
     report.refs_checked = sum(1 for _, _, where in start if where.startswith("ref "))
     report.reflog_entries_checked = len(start) - report.refs_checked
     _check_leases(store, problem)
+    _check_ref_owners(store, start, problem)
     if quick:
         report.objects_checked = len(walk(store, start, on_problem=problem, check_blobs=True))
     else:
@@ -84,6 +94,32 @@ def _roots(store: Store, problem: Report) -> list[tuple[str, Kind, str]]:
             for entry in entries:
                 found += [(v, kind, f"reflog {name}") for v in (entry.old, entry.new) if v]
     return found
+
+
+def _check_ref_owners(store: Store, start: list[tuple[str, Kind, str]], problem: Report) -> None:
+    """Every thread and checkpoint ref points at an object that says it belongs there."""
+    for oid, _, where in start:
+        if not where.startswith("ref ") or not is_oid(oid):
+            continue
+        name = where[len("ref ") :]
+        try:
+            found, body = store.objects.get(oid)
+            node = parse_node(found, body, oid)
+        except JournalError:
+            continue  # missing, damaged or unparsable: reported with the objects
+        if isinstance(node, ThreadStateNode) and name.startswith(THREAD_PREFIX):
+            expected = name[len(THREAD_PREFIX) :]
+            try:
+                owner = meta_from_state(oid, node).id
+            except CorruptObject as exc:
+                problem(where, str(exc))
+                continue
+        elif isinstance(node, CheckpointNode) and name.startswith(CHECKPOINT_PREFIX):
+            owner, expected = node.run_id, name[len(CHECKPOINT_PREFIX) :]
+        else:
+            continue  # a wrong kind: reported with the objects
+        if owner != expected:
+            problem(where, f"points at {oid}, which belongs to {owner!r}, not {expected!r}")
 
 
 def _check_leases(store: Store, problem: Report) -> None:
