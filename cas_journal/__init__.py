@@ -31,6 +31,7 @@ from .errors import (
     ThreadExists,
     ThreadNotFound,
 )
+from .journal import __all__ as _journal_names
 
 if TYPE_CHECKING:
     from .backends.open import StoreOptions
@@ -73,45 +74,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = frozenset(
-    (
-        "ArtifactRef",
-        "Batch",
-        "Checkpoint",
-        "CheckpointStore",
-        "CompactionResult",
-        "ContextProjection",
-        "ContextUsage",
-        "Entry",
-        "EntryType",
-        "ForkPosition",
-        "Journal",
-        "Message",
-        "ProjectedSegment",
-        "ProjectionPurpose",
-        "Role",
-        "StoreOptions",
-        "ThreadMeta",
-        "ThreadSnapshot",
-        "ThreadTitleSource",
-        "ThreadTitleStatus",
-        "ToolResultView",
-        "TurnLease",
-        "TurnMarkerStatus",
-        "append_active_tools",
-        "append_compaction",
-        "append_failure",
-        "append_message",
-        "append_turn_marker",
-        "build_context",
-        "build_context_projection",
-        "entry_type_for_message",
-        "estimate_tokens",
-        "prepare_entry",
-        "raw_for_entry",
-        "stable_hash",
-    )
-)
+_LAZY = frozenset(_journal_names)
 """Names imported from ``cas_journal.journal`` on first use (PEP 562): importing the
 package, the command line or the object layer does not build the pydantic models until
 something needs them."""

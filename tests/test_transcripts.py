@@ -14,6 +14,7 @@ from transcript_samples import GENERATORS, dump, write_jsonl
 
 import cas_journal as cj
 from cas_journal.cli import cli
+from cas_journal.journal.helpers import compaction_entry
 from cas_journal.transcripts import (
     FORMATS,
     TranscriptError,
@@ -24,7 +25,6 @@ from cas_journal.transcripts import (
 )
 from cas_journal.transcripts import source as source_module
 from cas_journal.transcripts.manifest import MANIFEST_KEY, RECORD_KEY
-from cas_journal.transcripts.plan import compaction_entry
 from cas_journal.transcripts.source import parse_source
 
 ALL = sorted(GENERATORS)

@@ -79,11 +79,12 @@ def compaction_generation(result: CompactionResult) -> int:
     return 2 if result.previous_compaction_id else 1
 
 
-def append_compaction(
-    journal: Journal, thread_id: str, turn_id: str, result: CompactionResult
-) -> Entry:
-    """Record a compaction; its details become the entry's metadata."""
-    entry = Entry(
+def compaction_entry(result: CompactionResult, *, thread_id: str = "", turn_id: str = "") -> Entry:
+    """The entry recording a compaction result: its details become the entry's metadata,
+    its generation and window follow ``compaction_generation`` and the first id present.
+    ``append_compaction`` appends it at a thread's leaf; importers place it anywhere in a
+    tree."""
+    return Entry(
         thread_id=thread_id,
         turn_id=turn_id,
         type=EntryType.COMPACTION,
@@ -107,4 +108,11 @@ def append_compaction(
         context_usage_after=result.usage_after,
         metadata=dict(result.details),
     )
+
+
+def append_compaction(
+    journal: Journal, thread_id: str, turn_id: str, result: CompactionResult
+) -> Entry:
+    """Record a compaction; its details become the entry's metadata."""
+    entry = compaction_entry(result, thread_id=thread_id, turn_id=turn_id)
     return journal.append(entry)

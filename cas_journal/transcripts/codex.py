@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from ..journal import CompactionResult, Entry, Message
+from ..journal.helpers import compaction_entry
 from .plan import (
     EPOCH,
     PlannedRecord,
     SessionPlan,
     as_str,
-    compaction_entry,
     custom_entry,
     find_jsonl,
     json_args,

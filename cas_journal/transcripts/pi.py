@@ -32,12 +32,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..journal import CompactionResult, Entry, EntryType, Message
+from ..journal.helpers import compaction_entry
 from .plan import (
     PlannedRecord,
     SessionPlan,
     as_int,
     as_str,
-    compaction_entry,
     custom_entry,
     find_jsonl,
     message_entry,

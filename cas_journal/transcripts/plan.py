@@ -18,13 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..journal import (
-    CompactionResult,
     Entry,
     EntryType,
     Message,
     entry_type_for_message,
 )
-from ..journal.helpers import compaction_generation
 from .source import SourceFile, TranscriptError, compact_json
 
 
@@ -173,33 +171,6 @@ def message_entry(message: Message, kind: EntryType | None = None) -> Entry:
 def custom_entry() -> Entry:
     """An entry that is not part of the provider context (metadata, snapshots, markers)."""
     return Entry(type=EntryType.CUSTOM)
-
-
-def compaction_entry(result: CompactionResult) -> Entry:
-    """The entry ``append_compaction`` records for a compaction result (same fields, same
-    generation and window rules), to be placed anywhere in a tree rather than at a leaf."""
-    return Entry(
-        type=EntryType.COMPACTION,
-        compaction_id=result.compaction_id,
-        previous_compaction_id=result.previous_compaction_id,
-        compacted_through_entry_id=result.compacted_through_entry_id,
-        summary_schema_version=result.summary_schema_version,
-        compaction_generation=compaction_generation(result),
-        compaction_window_id=(
-            result.compaction_window_id or result.compaction_id or result.first_kept_entry_id
-        ),
-        first_kept_entry_id=result.first_kept_entry_id,
-        kept_user_entry_ids=list(result.kept_user_entry_ids),
-        summary=result.summary,
-        compaction_trigger=result.trigger,
-        compaction_reason=result.reason,
-        compaction_phase=result.phase,
-        tokens_before=result.tokens_before,
-        tokens_after_estimate=result.tokens_after_estimate,
-        context_usage_before=result.usage_before,
-        context_usage_after=result.usage_after,
-        metadata=dict(result.details),
-    )
 
 
 def as_int(value: Any) -> int:
