@@ -20,6 +20,7 @@ from cas_journal.objects import (
     MessageNode,
     ObjectCodec,
     ThreadStateNode,
+    TreeNode,
     canonical_json,
     object_id,
     parse_node,
@@ -33,6 +34,7 @@ NODE_TYPES = {
     "thread": ThreadStateNode,
     "checkpoint": CheckpointNode,
     "message": MessageNode,
+    "tree": TreeNode,
 }
 
 

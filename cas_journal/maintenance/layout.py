@@ -3,7 +3,9 @@
 States first (each thread's state chain), then entry nodes in root-to-head order per
 thread (a fork's shared prefix is written once, then each branch's own tail), then the
 small payloads in that same order, then checkpoints, message nodes and message blobs in
-the same fashion, then the large blobs sorted by their first bytes, then everything else.
+the same fashion, then each tree root's objects (LangGraph records: referenced before
+referencing, so a record sits right after the values and message nodes it added), then
+the large blobs sorted by their first bytes, then everything else.
 Reading a path touches a few consecutive blocks of entry nodes and payloads instead of
 the whole pack, and large blobs that share most of their text (the same file read by
 tool calls in many forks, under different call ids) land in the same compressed block,
@@ -17,7 +19,15 @@ from collections.abc import Iterable
 
 from ..backends import Store
 from ..errors import JournalError
-from ..objects import CheckpointNode, EntryNode, Kind, MessageNode, ThreadStateNode, is_oid
+from ..objects import (
+    CheckpointNode,
+    EntryNode,
+    Kind,
+    MessageNode,
+    ThreadStateNode,
+    is_oid,
+    typed_references,
+)
 from ..objects.nodes import parse_node
 from .walk import ROOT_PREFIXES
 
@@ -52,6 +62,7 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
     wanted = set(oids)
     states, entries, payloads = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
     checkpoints, links, messages = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
+    trees = _Ordered(wanted)
     entry_parent: dict[str, str | None] = {}
     link_parent: dict[str, str | None] = {}
 
@@ -80,7 +91,9 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
             value = store.refs.read_ref(name)
             if value is None or not is_oid(value):
                 continue
-            if kind is Kind.THREAD:
+            if kind is Kind.TREE:
+                _post_order(store, value, kind, trees)
+            elif kind is Kind.THREAD:
                 pending = [value]
                 while pending:
                     oid = pending.pop()
@@ -113,6 +126,7 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                     pending.extend(reversed(node.previous))
     small_payloads, large = _split_large(store, payloads.order)
     small_messages, large_messages = _split_large(store, messages.order)
+    small_trees, large_trees = _split_large(store, trees.order)
     ordered = [
         *states.order,
         *entries.order,
@@ -120,12 +134,38 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
         *checkpoints.order,
         *links.order,
         *small_messages,
+        *small_trees,
     ]
-    placed = set(ordered) | set(large) | set(large_messages)
+    placed = set(ordered) | set(large) | set(large_messages) | set(large_trees)
     rest, large_rest = _split_large(store, sorted(wanted - placed))
-    large_all = large + large_messages + large_rest
+    large_all = large + large_messages + large_trees + large_rest
     large_all.sort(key=lambda item: item[1])
     return ordered + rest + [oid for oid, _ in large_all]
+
+
+def _post_order(store: Store, root: str, kind: Kind, out: _Ordered) -> None:
+    """Everything reachable from ``root``, each object after the objects it references
+    (an explicit stack: record chains are thousands deep)."""
+    stack: list[tuple[str, Kind, bool]] = [(root, kind, False)]
+    visited: set[str] = set()
+    while stack:
+        oid, node_kind, expanded = stack.pop()
+        if expanded:
+            out.add(oid)
+            continue
+        if oid in visited or not is_oid(oid):
+            continue
+        visited.add(oid)
+        if node_kind is Kind.BLOB:
+            out.add(oid)
+            continue
+        stack.append((oid, node_kind, True))
+        try:
+            found, body = store.objects.get(oid)
+            refs = typed_references(found, body, oid) if found is node_kind else []
+        except JournalError:
+            refs = []  # damaged or missing: packed (or reported by fsck) as it is
+        stack.extend((ref, ref_kind, False) for ref, ref_kind in reversed(refs))
 
 
 def _split_large(store: Store, oids: list[str]) -> tuple[list[str], list[tuple[str, bytes]]]:

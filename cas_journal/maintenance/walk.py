@@ -1,8 +1,9 @@
 """Reachability: the roots of a store and a typed walk of everything they reach.
 
-Roots are the values of the ``threads/`` and ``checkpoints/`` refs plus every value in
-their reflogs (optionally only entries newer than a cutoff). Each reference an object
-holds says what kind it points at, so the walk never needs to read a blob.
+Roots are the values of the ``threads/``, ``checkpoints/`` and ``langgraph/`` refs plus
+every value in their reflogs (optionally only entries newer than a cutoff). Each
+reference an object holds says what kind it points at, so the walk never needs to read
+a blob.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from ..errors import CorruptObject, CorruptRef, JournalError, ObjectNotFound
 from ..journal.state import CHECKPOINT_PREFIX, THREAD_PREFIX
 from ..objects import Kind, is_oid, typed_references
 
-ROOT_PREFIXES = {THREAD_PREFIX: Kind.THREAD, CHECKPOINT_PREFIX: Kind.CHECKPOINT}
+LANGGRAPH_PREFIX = "langgraph/"
+"""Refs of LangGraph checkpoint namespaces (``cas_journal.langgraph``); each holds a tree."""
+
+ROOT_PREFIXES = {
+    THREAD_PREFIX: Kind.THREAD,
+    CHECKPOINT_PREFIX: Kind.CHECKPOINT,
+    LANGGRAPH_PREFIX: Kind.TREE,
+}
 
 
 def roots(

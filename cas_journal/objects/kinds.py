@@ -18,6 +18,8 @@ class Kind(StrEnum):
     """One saved iteration of a run: metadata plus the last node of its message chain."""
     MESSAGE = "message"
     """One link of a checkpoint's message chain: parent node and message blob."""
+    TREE = "tree"
+    """A generic structure for integrations: named, typed references plus inline data."""
 
 
 KINDS_BY_TAG: dict[bytes, Kind] = {kind.value.encode("ascii"): kind for kind in Kind}

@@ -7,11 +7,11 @@ an object points at, which is all that gc, fsck and sync need to know about a ki
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
-from ..errors import CorruptObject
+from ..errors import CorruptObject, InvalidInputError
 from .canonical import canonical_json, is_canonical_time, parse_json
 from .codec import is_oid
 from .kinds import Kind
@@ -447,13 +447,95 @@ class MessageNode:
         return cls(cast(str, message), parent)
 
 
-Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode
+MAX_TREE_NAME_BYTES = 4096
+"""The longest reference name a tree may hold (UTF-8 bytes)."""
+
+_KINDS_BY_NAME = {kind.value: kind for kind in Kind}
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    """A generic structure: named, typed references plus small inline data.
+
+    Integrations keep their structured objects as trees (a LangGraph checkpoint with its
+    channel values and pending writes is one): ``refs`` maps a name to the kind and oid it
+    points at, so gc, fsck, pack and sync follow every reference without knowing the
+    integration, and ``data`` is any JSON value kept inline (None: no data). The body is
+    the canonical JSON ``{"data": ..., "refs": {name: [kind, oid], ...}}`` with an empty
+    member omitted; the parser refuses any body that is not exactly that canonical form
+    (whitespace, key order, duplicate keys, escapes), so one tree has one oid.
+    """
+
+    refs: Mapping[str, tuple[Kind, str]] = field(default_factory=dict)
+    data: Any = None
+
+    FIELDS = frozenset({"data", "refs"})
+
+    def __post_init__(self) -> None:
+        refs: dict[str, tuple[Kind, str]] = {}
+        for name, ref in self.refs.items():
+            kind, oid = ref
+            if not isinstance(name, str) or not name or not is_oid(oid):
+                raise InvalidInputError(f"tree reference {name!r} is not a name and an oid")
+            refs[name] = (Kind(kind), oid)
+        object.__setattr__(self, "refs", refs)
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this tree."""
+        fields: dict[str, Any] = {}
+        if self.data is not None:
+            fields["data"] = self.data
+        if self.refs:
+            fields["refs"] = {name: [kind.value, oid] for name, (kind, oid) in self.refs.items()}
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this tree points at, in name order."""
+        return [oid for _, (_, oid) in sorted(self.refs.items())]
+
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this tree points at, with the kind each must be, in name order."""
+        return [(oid, kind) for _, (kind, oid) in sorted(self.refs.items())]
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> TreeNode:
+        """Parse and validate a tree body (which must be in canonical form)."""
+        r = _Reader(oid, body, "tree")
+        r.only(cls.FIELDS)
+        raw_refs = r.dict_field("refs")
+        if "refs" in r.value and not raw_refs:
+            raise r.fail("empty refs member (the canonical form omits it)")
+        if "data" in r.value and r.value["data"] is None:
+            raise r.fail("null data member (the canonical form omits it)")
+        refs: dict[str, tuple[Kind, str]] = {}
+        for name, ref in raw_refs.items():
+            if not name or len(name.encode("utf-8", "surrogatepass")) > MAX_TREE_NAME_BYTES:
+                raise r.fail("reference name is empty or too long")
+            if not isinstance(ref, list) or len(ref) != 2 or not isinstance(ref[0], str):
+                raise r.fail(f"reference {name[:80]!r} is not [kind, oid]")
+            if ref[0] not in _KINDS_BY_NAME:
+                raise r.fail(f"reference {name[:80]!r} is not [kind, oid]")
+            if not is_oid(ref[1]):
+                raise r.fail(f"reference {name[:80]!r} does not hold an object id")
+            refs[name] = (_KINDS_BY_NAME[ref[0]], ref[1])
+        node = cls(refs=refs, data=r.value.get("data"))
+        try:
+            canonical = node.body()
+        except (InvalidInputError, RecursionError) as exc:
+            raise r.fail(f"data is not canonical JSON: {exc}") from exc
+        if canonical != body:
+            raise r.fail("body is not in canonical form")
+        return node
+
+
+Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode | TreeNode
 
 _PARSERS: dict[Kind, Any] = {
     Kind.ENTRY: EntryNode.parse,
     Kind.THREAD: ThreadStateNode.parse,
     Kind.CHECKPOINT: CheckpointNode.parse,
     Kind.MESSAGE: MessageNode.parse,
+    Kind.TREE: TreeNode.parse,
 }
 
 

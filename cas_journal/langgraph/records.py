@@ -1,0 +1,370 @@
+"""Checkpoint records: how one LangGraph checkpoint (or a batch of late writes) is a tree.
+
+A namespace of a LangGraph thread is a chain of records, newest first, each a ``tree``
+object whose ``previous`` reference names the record before it. A *checkpoint record*
+holds one checkpoint with its metadata, channel values and pending writes; a *writes
+record* holds pending writes that arrived for an older checkpoint after later records.
+
+The record's inline data (canonical JSON)::
+
+    {"id": checkpoint id,
+     "checkpoint": the checkpoint without "id" and "channel_values" (if JSON-exact),
+     "metadata": the metadata (if JSON-exact),
+     "parent": parent checkpoint id,
+     "values": {channel: value spec},
+     "writes": [[task id, idx, channel, task path, value spec], ...],
+     "newest": the greatest checkpoint id of this record and every record before it}
+
+and its references: ``previous`` (tree), ``checkpoint`` / ``metadata`` (a blob, when the
+value is not plain JSON and went through the serializer), ``v/<k>`` for the value of the
+k-th channel of ``values`` (in key order) and ``w/<n>`` for the value of write ``n``.
+Absent members are omitted (``newest`` when it equals ``id``). A value spec says where a
+serialized value is (``<name>`` is the value's reference name):
+
+* ``["inline", type, text]``: small values, kept in the record itself; ``text`` is the
+  serialized bytes decoded as Latin-1 (each byte one code point, so ASCII stays
+  readable and compresses like the rest of the record);
+* ``["blob"]``: one blob ``<name>`` holding ``type NUL bytes``;
+* ``["extends", n, k]``: a list of ``n`` elements: the same channel's list in the record
+  ``<name>/base`` (the parent checkpoint's), then ``k`` more elements, blobs
+  ``<name>/0`` .. ``<name>/<k-1>``. A conversation's next checkpoint costs its new
+  messages and nothing else;
+* ``["chain", n]``: a list of ``n`` elements, one blob per element linked by ``message``
+  nodes, ``<name>`` being the last element's node (for lists that do not extend their
+  parent's, and for a pruned chain's first record);
+* ``["items", n]``: a list of ``n`` element blobs ``<name>/0`` .. (writes only).
+
+Every list element is its own blob, so an element is stored once however many
+checkpoints, writes and copied threads hold it.
+
+The parser is strict: every reference is accounted for by the data, every value spec has
+the references it needs with the right kinds, and anything else is a CorruptObject.
+Nothing here imports LangGraph: values are already serialized ``(type, bytes)`` pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import CorruptObject, InvalidInputError
+from ..objects import Kind, TreeNode
+
+Serialized = tuple[str, bytes]
+"""A value as LangGraph's serializer protocol gives it: ``(type tag, bytes)``."""
+
+INLINE = "inline"
+BLOB = "blob"
+EXTENDS = "extends"
+CHAIN = "chain"
+ITEMS = "items"
+LISTS = frozenset({EXTENDS, CHAIN, ITEMS})
+
+BASE = "base"
+PREVIOUS = "previous"
+CHECKPOINT = "checkpoint"
+METADATA = "metadata"
+VALUE_PREFIX = "v/"
+WRITE_PREFIX = "w/"
+
+
+def encode_serialized(value: Serialized) -> bytes:
+    """The body of a value blob: the type tag, a NUL, the serialized bytes."""
+    type_tag, data = value
+    if not isinstance(type_tag, str) or "\0" in type_tag:
+        raise InvalidInputError(f"serializer type tag {type_tag!r} is not a string without NUL")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidInputError(f"serializer returned {type(data).__name__}, not bytes")
+    return type_tag.encode("utf-8") + b"\0" + bytes(data)
+
+
+def decode_serialized(body: bytes, oid: str | None = None) -> Serialized:
+    """Split a value blob back into ``(type tag, bytes)``; CorruptObject if malformed."""
+    tag, nul, data = body.partition(b"\0")
+    if not nul:
+        raise CorruptObject("value blob has no type tag", oid)
+    try:
+        return tag.decode("utf-8"), data
+    except UnicodeDecodeError as exc:
+        raise CorruptObject("value blob's type tag is not UTF-8", oid) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    """Where one serialized value is: inline, in a blob, or in element blobs."""
+
+    form: str
+    serialized: Serialized | None = None
+    """The value itself, for ``inline``."""
+    oids: tuple[str, ...] = ()
+    """``blob``: the blob; ``chain``: the last element's node; ``extends``: the added
+    elements; ``items``: every element."""
+    count: int = 0
+    """Number of elements of a list."""
+    base: str | None = None
+    """``extends``: the record whose list of the same channel this one extends."""
+
+    def spec(self) -> list[Any]:
+        """The JSON value spec kept in the record's data."""
+        if self.form == INLINE:
+            assert self.serialized is not None
+            type_tag, data = self.serialized
+            return [INLINE, type_tag, data.decode("latin-1")]
+        if self.form == BLOB:
+            return [BLOB]
+        if self.form == EXTENDS:
+            return [EXTENDS, self.count, len(self.oids)]
+        return [self.form, self.count]
+
+    def refs(self, name: str) -> dict[str, tuple[Kind, str]]:
+        """The references this value adds to its record under ``name``."""
+        if self.form == BLOB:
+            return {name: (Kind.BLOB, self.oids[0])}
+        if self.form == CHAIN:
+            return {name: (Kind.MESSAGE, self.oids[0])}
+        refs = {f"{name}/{i}": (Kind.BLOB, oid) for i, oid in enumerate(self.oids)}
+        if self.form == EXTENDS:
+            assert self.base is not None
+            refs[f"{name}/{BASE}"] = (Kind.TREE, self.base)
+        return refs
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWrite:
+    """One pending write: the task that made it, its index, channel, path and value."""
+
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    value: StoredValue
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What identifies a write within its checkpoint: (task id, index)."""
+        return self.task_id, self.idx
+
+    @property
+    def sort_key(self) -> tuple[str, str, int]:
+        """LangGraph's order of a checkpoint's writes: task path, task id, index."""
+        return self.task_path, self.task_id, self.idx
+
+
+def merge_writes(
+    existing: tuple[StoredWrite, ...], added: list[StoredWrite]
+) -> tuple[StoredWrite, ...]:
+    """Writes after adding ``added``: a regular write (idx >= 0) already stored under its
+    (task id, idx) is kept as it was; a special one (error, interrupt, ...: idx < 0)
+    replaces the stored one. The result is in LangGraph's order (``sort_key``)."""
+    by_key = {write.key: write for write in existing}
+    for write in added:
+        if write.idx >= 0 and write.key in by_key:
+            continue
+        by_key[write.key] = write
+    return tuple(sorted(by_key.values(), key=lambda w: w.sort_key))
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a namespace's chain (see the module docstring)."""
+
+    checkpoint_id: str
+    checkpoint: dict[str, Any] | StoredValue | None = None
+    """The checkpoint without id and channel values: JSON (dict) or a blob; None for a
+    writes record."""
+    metadata: dict[str, Any] | StoredValue | None = None
+    parent_id: str | None = None
+    values: Mapping[str, StoredValue] = field(default_factory=dict)
+    writes: tuple[StoredWrite, ...] = ()
+    previous: str | None = None
+    newest: str = ""
+    """The greatest checkpoint id in this record and the records before it ("" = own id)."""
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """True for a checkpoint record, False for a writes record."""
+        return self.checkpoint is not None
+
+    @property
+    def newest_id(self) -> str:
+        """The greatest checkpoint id in this record and the records before it."""
+        return self.newest or self.checkpoint_id
+
+    def with_writes(self, writes: tuple[StoredWrite, ...]) -> Record:
+        """The same record with other writes."""
+        return replace(self, writes=writes)
+
+    def tree(self) -> TreeNode:
+        """This record as a tree object."""
+        data: dict[str, Any] = {"id": self.checkpoint_id}
+        refs: dict[str, tuple[Kind, str]] = {}
+        if self.previous is not None:
+            refs[PREVIOUS] = (Kind.TREE, self.previous)
+        for key, part in ((CHECKPOINT, self.checkpoint), (METADATA, self.metadata)):
+            if isinstance(part, StoredValue):
+                refs.update(part.refs(key))
+            elif part is not None:
+                data[key] = part
+        if self.parent_id is not None:
+            data["parent"] = self.parent_id
+        if self.values:
+            specs: dict[str, Any] = {}
+            for k, channel in enumerate(sorted(self.values)):
+                specs[channel] = self.values[channel].spec()
+                refs.update(self.values[channel].refs(f"{VALUE_PREFIX}{k}"))
+            data["values"] = specs
+        if self.writes:
+            rows = []
+            for n, write in enumerate(self.writes):
+                rows.append(
+                    [write.task_id, write.idx, write.channel, write.task_path, write.value.spec()]
+                )
+                refs.update(write.value.refs(f"{WRITE_PREFIX}{n}"))
+            data["writes"] = rows
+        if self.newest and self.newest != self.checkpoint_id:
+            data["newest"] = self.newest
+        return TreeNode(refs=refs, data=data)
+
+    @classmethod
+    def from_tree(cls, tree: TreeNode, oid: str | None = None) -> Record:
+        """Read a record back from its tree; CorruptObject if the tree is not a record."""
+        return _RecordReader(tree, oid).read()
+
+
+class _RecordReader:
+    """Strict decoding of one record, tracking which references the data accounts for."""
+
+    FIELDS = frozenset({"id", CHECKPOINT, METADATA, "parent", "values", "writes", "newest"})
+
+    def __init__(self, tree: TreeNode, oid: str | None) -> None:
+        self.tree = tree
+        self.oid = oid
+        self.used: set[str] = set()
+
+    def fail(self, message: str) -> CorruptObject:
+        return CorruptObject(f"checkpoint record: {message}", self.oid)
+
+    def ref(self, name: str, kind: Kind) -> str:
+        found = self.tree.refs.get(name)
+        if found is None:
+            raise self.fail(f"reference {name[:80]!r} is missing")
+        if found[0] is not kind:
+            raise self.fail(f"reference {name[:80]!r} is a {found[0].value}, not a {kind.value}")
+        self.used.add(name)
+        return found[1]
+
+    def text(self, value: Any, what: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(f"{what} is not a string")
+        return value
+
+    def count(self, value: Any, name: str, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise self.fail(f"element count of {name[:80]!r} is out of range")
+        return value
+
+    def value(self, spec: Any, name: str, lists: frozenset[str]) -> StoredValue:
+        if not isinstance(spec, list) or not spec or not isinstance(spec[0], str):
+            raise self.fail(f"value spec of {name[:80]!r} is malformed")
+        form = spec[0]
+        if form == INLINE and len(spec) == 3:
+            type_tag = self.text(spec[1], "an inline value's type")
+            try:
+                data = self.text(spec[2], "an inline value").encode("latin-1")
+            except UnicodeEncodeError as exc:
+                raise self.fail(f"inline value of {name[:80]!r} is not Latin-1 text") from exc
+            return StoredValue(INLINE, serialized=(type_tag, data))
+        if form == BLOB and len(spec) == 1:
+            return StoredValue(BLOB, oids=(self.ref(name, Kind.BLOB),))
+        if form not in lists:
+            raise self.fail(f"value spec of {name[:80]!r} is malformed")
+        if form == CHAIN and len(spec) == 2:
+            count = self.count(spec[1], name, 1)
+            return StoredValue(CHAIN, oids=(self.ref(name, Kind.MESSAGE),), count=count)
+        if form == ITEMS and len(spec) == 2:
+            count = self.count(spec[1], name, 1)
+            oids = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(count))
+            return StoredValue(ITEMS, oids=oids, count=count)
+        if form == EXTENDS and len(spec) == 3:
+            added = self.count(spec[2], name, 1)
+            count = self.count(spec[1], name, added + 1)
+            oids = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(added))
+            base = self.ref(f"{name}/{BASE}", Kind.TREE)
+            return StoredValue(EXTENDS, oids=oids, count=count, base=base)
+        raise self.fail(f"value spec of {name[:80]!r} is malformed")
+
+    def part(self, data: dict[str, Any], key: str) -> dict[str, Any] | StoredValue | None:
+        if key in data:
+            if not isinstance(data[key], dict):
+                raise self.fail(f"{key} is not a JSON object")
+            if key in self.tree.refs:
+                raise self.fail(f"{key} is both inline and referenced")
+            inline: dict[str, Any] = data[key]
+            return inline
+        if key in self.tree.refs:
+            return StoredValue(BLOB, oids=(self.ref(key, Kind.BLOB),))
+        return None
+
+    def write(self, row: Any, n: int) -> StoredWrite:
+        if not isinstance(row, list) or len(row) != 5:
+            raise self.fail(f"write {n} is malformed")
+        task_id, idx, channel, task_path, spec = row
+        if not isinstance(idx, int) or isinstance(idx, bool):
+            raise self.fail(f"write {n} has a non-integer index")
+        return StoredWrite(
+            task_id=self.text(task_id, "a write's task id"),
+            idx=idx,
+            channel=self.text(channel, "a write's channel"),
+            task_path=self.text(task_path, "a write's task path"),
+            value=self.value(spec, f"{WRITE_PREFIX}{n}", frozenset({ITEMS})),
+        )
+
+    def read(self) -> Record:
+        data = self.tree.data
+        if not isinstance(data, dict):
+            raise self.fail("data is not a JSON object")
+        unknown = set(data) - self.FIELDS
+        if unknown:
+            raise self.fail(f"unknown fields {sorted(unknown)[:5]}")
+        checkpoint_id = self.text(data.get("id"), "the checkpoint id")
+        checkpoint = self.part(data, CHECKPOINT)
+        metadata = self.part(data, METADATA)
+        if checkpoint is None and (metadata is not None or "values" in data or "parent" in data):
+            raise self.fail("a writes record holds checkpoint fields")
+        if checkpoint is not None and metadata is None:
+            raise self.fail("a checkpoint record has no metadata")
+        parent = data.get("parent")
+        values_spec = data.get("values", {})
+        if not isinstance(values_spec, dict) or ("values" in data and not values_spec):
+            raise self.fail("values is not a non-empty JSON object")
+        channel_lists = frozenset({EXTENDS, CHAIN})
+        values = {
+            channel: self.value(values_spec[channel], f"{VALUE_PREFIX}{k}", channel_lists)
+            for k, channel in enumerate(sorted(values_spec))
+        }
+        rows = data.get("writes", [])
+        if not isinstance(rows, list) or ("writes" in data and not rows):
+            raise self.fail("writes is not a non-empty list")
+        writes = tuple(self.write(row, n) for n, row in enumerate(rows))
+        if [w.sort_key for w in writes] != sorted(w.sort_key for w in writes) or len(
+            {w.key for w in writes}
+        ) != len(writes):
+            raise self.fail("writes are not in order or repeat a (task id, idx)")
+        previous = self.ref(PREVIOUS, Kind.TREE) if PREVIOUS in self.tree.refs else None
+        newest = data.get("newest", "")
+        if "newest" in data and (self.text(newest, "newest") <= checkpoint_id):
+            raise self.fail("newest is not greater than the record's own id")
+        unused = set(self.tree.refs) - self.used
+        if unused:
+            raise self.fail(f"references {sorted(unused)[:5]} are not accounted for")
+        return Record(
+            checkpoint_id=checkpoint_id,
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_id=None if parent is None else self.text(parent, "the parent id"),
+            values=values,
+            writes=writes,
+            previous=previous,
+            newest=newest,
+        )
