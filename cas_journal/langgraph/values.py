@@ -18,10 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import blake3
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..backends import NewObject
+from ..errors import InvalidInputError
 from ..objects import Kind, MessageNode, object_id
+from ..objects.codec import object_header
 from .history import RecordStore
 from .records import (
     BLOB,
@@ -46,6 +49,18 @@ MIN_ELEMENT_BYTES = 48
 """A list is stored element by element only if its elements average at least this many
 bytes (a node costs about 150 bytes; a list of tiny items is cheaper as one blob)."""
 MAX_JSON_DEPTH = 64
+
+
+def value_blob_oid(serialized: Serialized) -> str:
+    """The oid of ``encode_serialized(serialized)`` as a blob, hashed without building it."""
+    type_tag, data = serialized
+    if not isinstance(type_tag, str) or "\0" in type_tag:
+        raise InvalidInputError(f"serializer type tag {type_tag!r} is not a string without NUL")
+    prefix = type_tag.encode("utf-8") + b"\0"
+    hasher = blake3.blake3(object_header(Kind.BLOB, len(prefix) + len(data)))
+    hasher.update(prefix)
+    hasher.update(data)
+    return str(hasher.hexdigest())
 
 
 def node_body(message: str, parent: str | None) -> bytes:
@@ -128,16 +143,15 @@ class ValueCodec:
             elements = [serde.dumps_typed(item) for item in value]
             total = sum(len(data) for _, data in elements)
             if total > limit and total >= MIN_ELEMENT_BYTES * len(elements):
-                bodies = [encode_serialized(item) for item in elements]
                 if list_form == ITEMS:
-                    return self._items(bodies)
-                return self._list(bodies, channel, base)
+                    return self._items([encode_serialized(item) for item in elements])
+                return self._list(elements, channel, base)
         return self.encode_single(serde.dumps_typed(value), limit)
 
     def _list(
-        self, bodies: list[bytes], channel: str, base: tuple[str, StoredValue] | None
+        self, elements: list[Serialized], channel: str, base: tuple[str, StoredValue] | None
     ) -> EncodedValue:
-        blob_oids = tuple(object_id(Kind.BLOB, body) for body in bodies)
+        blob_oids = tuple(value_blob_oid(item) for item in elements)
         if base is not None and base[1].form in (CHAIN, EXTENDS):
             known = self.records.list_elements(base[1], channel)
             if blob_oids == known:
@@ -145,15 +159,16 @@ class ValueCodec:
             if len(known) < len(blob_oids) and blob_oids[: len(known)] == known:
                 added = len(known)
                 objects = []
-                for i in range(added, len(bodies)):
-                    objects.append(NewObject(blob_oids[i], Kind.BLOB, bodies[i]))
-                    self.records.remember_blob(blob_oids[i], bodies[i])
+                for i in range(added, len(elements)):
+                    body = encode_serialized(elements[i])
+                    objects.append(NewObject(blob_oids[i], Kind.BLOB, body))
+                    self.records.remember_blob(blob_oids[i], body)
                 extended = StoredValue(
                     EXTENDS, oids=blob_oids[added:], count=len(blob_oids), base=base[0]
                 )
                 return EncodedValue(extended, objects, blob_oids)
         chain_base = base[1] if base is not None and base[1].form == CHAIN else None
-        return self.chain(blob_oids, bodies, chain_base)
+        return self.chain(blob_oids, elements, chain_base)
 
     def encode_single(self, serialized: Serialized, limit: int = INLINE_LIMIT) -> EncodedValue:
         """A serialized value inline (up to ``limit`` bytes) or as one blob."""
@@ -175,12 +190,12 @@ class ValueCodec:
     def chain(
         self,
         blob_oids: tuple[str, ...],
-        bodies: list[bytes] | None = None,
+        elements: list[Serialized] | None = None,
         base: StoredValue | None = None,
     ) -> EncodedValue:
         """A list as a chain of message nodes (reusing the common prefix of ``base``'s
-        chain, or any stored prefix). ``bodies``: the element blobs to write, None when
-        they are all stored and reachable already (flattening an existing list)."""
+        chain, or any stored prefix). ``elements``: the serialized elements to write,
+        None when they are all stored and reachable already (flattening a stored list)."""
         objects: list[NewObject] = []
         shared, parent = 0, None
         if base is not None and base.form == CHAIN:
@@ -207,9 +222,10 @@ class ValueCodec:
         for i in range(shared, len(blob_oids)):
             body = node_body(blob_oids[i], parent)
             node_oid = object_id(Kind.MESSAGE, body)
-            if bodies is not None:
-                objects.append(NewObject(blob_oids[i], Kind.BLOB, bodies[i]))
-                self.records.remember_blob(blob_oids[i], bodies[i])
+            if elements is not None:
+                element = encode_serialized(elements[i])
+                objects.append(NewObject(blob_oids[i], Kind.BLOB, element))
+                self.records.remember_blob(blob_oids[i], element)
             objects.append(NewObject(node_oid, Kind.MESSAGE, body))
             self.records.remember_node(node_oid, MessageNode(blob_oids[i], parent))
             parent = node_oid

@@ -13,6 +13,8 @@ the source's (through the thread-state or checkpoint history) fast-forwards; one
 is ahead stays; two diverged histories are merged into a new state with both parents —
 the union of branch heads, the newer leaf, the newer metadata; for checkpoints, a node
 keeping both histories — unless ``merge=False``, which only reports the divergence.
+Tree refs (LangGraph namespaces) are created and fast-forwarded through each tree's
+``previous`` reference; diverged ones are only reported (trees have no merge).
 Deletions are not propagated: sync copies, it never removes.
 """
 
@@ -27,7 +29,6 @@ from ..backends import Store
 from ..errors import ConflictError, CorruptObject, InvalidInputError, ObjectNotFound
 from ..journal.checkpoints import merge_checkpoints
 from ..journal.state import (
-    CHECKPOINT_PREFIX,
     THREAD_PREFIX,
     ensure_index,
     merge_thread_states,
@@ -38,14 +39,17 @@ from ..objects import (
     EntryNode,
     Kind,
     ThreadStateNode,
+    TreeNode,
     is_oid,
     object_id,
     parse_node,
     typed_references,
 )
 from .reports import Progress
-from .walk import ROOT_PREFIXES
+from .walk import LANGGRAPH_PREFIX, ROOT_PREFIXES
 
+TREE_HISTORY = "previous"
+"""The reference a tree names its predecessor with (how a tree ref fast-forwards)."""
 WRITE_BATCH = 256
 MAX_REF_ATTEMPTS = 50
 
@@ -146,6 +150,8 @@ def _contains(store: Store, descendant: str, ancestor: str) -> bool:
             pending.extend(node.parents)
         elif isinstance(node, CheckpointNode):
             pending.extend(node.previous)
+        elif isinstance(node, TreeNode) and node.refs.get(TREE_HISTORY, (None,))[0] is Kind.TREE:
+            pending.append(node.refs[TREE_HISTORY][1])
     return False
 
 
@@ -184,7 +190,7 @@ def _update_ref(dst: Store, name: str, value: str, merge: bool, report: SyncRepo
         elif _contains(dst, current, value):
             report.refs_ahead += 1
             return
-        elif not merge:
+        elif not merge or name.startswith(LANGGRAPH_PREFIX):
             report.diverged.append(name)
             return
         else:
@@ -228,9 +234,10 @@ def sync(
     )
     tips: list[tuple[str, str, Kind]] = []
     for name in names:
-        kind = Kind.THREAD if name.startswith(THREAD_PREFIX) else Kind.CHECKPOINT
-        if not name.startswith((THREAD_PREFIX, CHECKPOINT_PREFIX)):
-            raise InvalidInputError(f"only thread and checkpoint refs sync, not {name!r}")
+        kinds = [kind for prefix, kind in ROOT_PREFIXES.items() if name.startswith(prefix)]
+        if not kinds:
+            raise InvalidInputError(f"only thread, checkpoint and langgraph refs sync: {name!r}")
+        kind = kinds[0]
         value = src.refs.read_ref(name)
         if value is None:
             raise ObjectNotFound(f"source has no ref {name!r}")
