@@ -1,8 +1,9 @@
 """The record chains of LangGraph namespaces in a store: names, reads, indexes, commits.
 
-Each (thread, checkpoint namespace) has one ref, ``langgraph/<encoded thread>/<namespace>``
-(the thread id escaped by ``names.encode_name``, so it holds no ``/`` and one thread's
-refs are exactly those under its prefix), pointing at the newest record of its chain.
+Each (thread, checkpoint namespace) has one ref, ``langgraph/<thread>/<namespace>`` (the
+thread id with ``%`` and ``/`` percent-escaped, so one thread's refs are exactly those
+under its prefix; the backend escapes the whole name its own way), pointing at the newest
+record of its chain. A thread id and namespace must fit in one ref name (2,048 bytes).
 Every change is one ``Store.commit``: the new objects, then one compare-and-swap of the
 ref. Puts and writes are not reflogged (the chain itself is their history); deletes,
 copies and prunes are, so they can be undone until gc expires the reflog.
@@ -10,10 +11,17 @@ copies and prunes are, so they can be undone until gc expires the reflog.
 Reading is cached per process: records, message nodes and value blobs are immutable, so
 caching them by oid is always correct; the index of a chain (checkpoint id -> record) is
 kept per ref with the head it was built from and extended when the head moves.
+
+Writers of one namespace in this process take turns (a lock per ref stripe), so threads
+of one process never lose compare-and-swap races to each other, and a writer starts from
+the head this process last saw: the swap itself checks it, and only a lost swap (another
+process wrote) costs a fresh read. On S3 that saves a request per write.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,17 +30,22 @@ from ..backends import NewObject, RefUpdate, Store
 from ..errors import CorruptObject, CorruptRef, InvalidInputError
 from ..journal.cache import BoundedCache
 from ..maintenance.walk import LANGGRAPH_PREFIX
-from ..names import decode_name, encode_name, split_ref_name, validate_id
+from ..names import split_ref_name, validate_id
 from ..objects import Kind, MessageNode, TreeNode, is_oid
 from .records import CHAIN, EXTENDS, ITEMS, Record, StoredValue, StoredWrite, merge_writes
 
 REF_PREFIX = LANGGRAPH_PREFIX
 """Every LangGraph ref starts with this (a gc, fsck, pack and sync root)."""
+LOCK_STRIPES = 64
+
+
+_UNESCAPE = re.compile(r"%(25|2F)")
 
 
 def thread_prefix(thread_id: str) -> str:
     """The common prefix of a thread's namespace refs."""
-    return f"{REF_PREFIX}{encode_name(validate_id(thread_id, 'thread id'))}/"
+    escaped = validate_id(thread_id, "thread id").replace("%", "%25").replace("/", "%2F")
+    return f"{REF_PREFIX}{escaped}/"
 
 
 def namespace_ref(thread_id: str, namespace: str) -> str:
@@ -47,13 +60,11 @@ def namespace_ref(thread_id: str, namespace: str) -> str:
 def parse_namespace_ref(name: str) -> tuple[str, str]:
     """``(thread id, namespace)`` of a LangGraph ref name; CorruptRef if it is not one."""
     rest = name[len(REF_PREFIX) :] if name.startswith(REF_PREFIX) else ""
-    encoded, slash, namespace = rest.partition("/")
-    try:
-        if not slash:
-            raise ValueError("no namespace separator")
-        return decode_name(encoded), namespace
-    except ValueError as exc:
-        raise CorruptRef(f"ref {name[:120]!r} is not a LangGraph namespace ref") from exc
+    escaped, slash, namespace = rest.partition("/")
+    thread_id = _UNESCAPE.sub(lambda m: "%" if m.group(1) == "25" else "/", escaped)
+    if not slash or not escaped or thread_prefix(thread_id) != f"{REF_PREFIX}{escaped}/":
+        raise CorruptRef(f"ref {name[:120]!r} is not a LangGraph namespace ref")
+    return thread_id, namespace
 
 
 @dataclass
@@ -107,6 +118,8 @@ class RecordStore:
             1 << 16, weigh=len, max_weight=64 << 20
         )
         self._indexes: BoundedCache[str, ChainIndex] = BoundedCache(1024)
+        self._heads: BoundedCache[str, tuple[str | None, ...]] = BoundedCache(1 << 14)
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._lock = threading.Lock()
 
     # -- objects ------------------------------------------------------------------------
@@ -217,11 +230,27 @@ class RecordStore:
     # -- refs and chains -----------------------------------------------------------------
 
     def head(self, ref: str) -> str | None:
-        """The newest record of a namespace, or None."""
+        """The newest record of a namespace, or None (read from the store)."""
         value = self.store.refs.read_ref(ref)
         if value is not None and not is_oid(value):
             raise CorruptRef(f"ref {ref!r} does not hold an object id")
+        self._heads.put(ref, (value,))
         return value
+
+    @contextlib.contextmanager
+    def updating(self, ref: str) -> Iterator[None]:
+        """Held while this process changes ``ref`` (one writer per ref at a time)."""
+        with self._stripes[hash(ref) % LOCK_STRIPES]:
+            yield
+
+    def head_to_update(self, ref: str, attempt: int) -> str | None:
+        """The head a change starts from: the one this process last saw on a first
+        attempt (the compare-and-swap verifies it), a fresh read after a lost swap."""
+        if attempt == 0:
+            known = self._heads.get(ref)
+            if known:  # () marks an unknown outcome
+                return known[0]
+        return self.head(ref)
 
     def refs_under(self, prefix: str) -> list[str]:
         """Names of the namespace refs under a prefix, sorted."""
@@ -273,4 +302,11 @@ class RecordStore:
 
     def commit(self, objects: Sequence[NewObject], update: RefUpdate) -> bool:
         """Store objects and swap the ref; False if the swap lost."""
-        return self.store.commit(objects, update)
+        try:
+            swapped = self.store.commit(objects, update)
+        except BaseException:
+            self._heads.put(update.name, ())  # unknown outcome: read it next time
+            raise
+        if swapped:
+            self._heads.put(update.name, (update.new,))
+        return swapped

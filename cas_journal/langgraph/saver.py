@@ -278,9 +278,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         stored_checkpoint = self._part(fields, fixed)
         stored_metadata = self._part(dict(get_checkpoint_metadata(config, metadata)), fixed)
         memo: dict[tuple[str, str | None], EncodedValue] = {}
-        with self.journal.store.objects.write_guard():
-            for _ in range(MAX_ATTEMPTS):
-                head = self.records.head(ref)
+        with self.records.updating(ref), self.journal.store.objects.write_guard():
+            for attempt in range(MAX_ATTEMPTS):
+                head = self.records.head_to_update(ref, attempt)
                 head_record = self.records.record(head) if head is not None else None
                 parent = None
                 if parent_id is not None:
@@ -409,9 +409,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             objects += encoded.objects
         if not added:
             return
-        with self.journal.store.objects.write_guard():
-            for _ in range(MAX_ATTEMPTS):
-                head = self.records.head(ref)
+        with self.records.updating(ref), self.journal.store.objects.write_guard():
+            for attempt in range(MAX_ATTEMPTS):
+                head = self.records.head_to_update(ref, attempt)
                 change = self._with_writes(ref, head, checkpoint_id, added)
                 if change is None:
                     return  # nothing new: every write is stored already
@@ -518,12 +518,13 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         """Remove every namespace of a thread (restorable with ``restore_thread`` until gc
         expires the reflog)."""
         for ref in self.records.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
-            for _ in range(MAX_ATTEMPTS):
-                head = self.records.head(ref)
-                if head is None or self._set_ref(ref, head, None, "delete"):
-                    break
-            else:
-                raise ConflictError(f"namespace {ref!r} kept changing; not deleted")
+            with self.records.updating(ref):
+                for _ in range(MAX_ATTEMPTS):
+                    head = self.records.head(ref)
+                    if head is None or self._set_ref(ref, head, None, "delete"):
+                        break
+                else:
+                    raise ConflictError(f"namespace {ref!r} kept changing; not deleted")
 
     def restore_thread(self, thread_id: str) -> builtins.list[str]:
         """Bring back the namespaces of a deleted thread from the reflog (each to its value
@@ -531,13 +532,17 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         prefix = thread_prefix(_text(thread_id, "thread_id"))
         restored = []
         for ref in self.journal.store.refs.reflog_names(prefix):
-            if self.records.head(ref) is not None:
-                continue
-            for entry in reversed(self.journal.store.refs.reflog(ref)):
-                if entry.new is None and entry.old is not None:
-                    if self._set_ref(ref, None, entry.old, "restore"):
-                        restored.append(parse_namespace_ref(ref)[1])
-                    break
+            with self.records.updating(ref):
+                if self.records.head(ref) is not None:
+                    continue
+                for entry in reversed(self.journal.store.refs.reflog(ref)):
+                    if entry.new is None and entry.old is not None:
+                        objects = self.journal.store.objects
+                        with objects.write_guard():
+                            objects.freshen([entry.old])
+                            if self._set_ref(ref, None, entry.old, "restore"):
+                                restored.append(parse_namespace_ref(ref)[1])
+                        break
         return restored
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -554,9 +559,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             if self.records.head(ref) is not None:
                 raise ThreadExists(f"thread {target!r} already has checkpoints; not copied")
         objects = self.journal.store.objects
-        with objects.write_guard():
-            objects.freshen(heads.values())  # linked again: a running gc must keep them
-            for ref, head in heads.items():
+        for ref, head in heads.items():
+            with self.records.updating(ref), objects.write_guard():
+                objects.freshen([head])  # linked again: a running gc must keep it
                 if not self._set_ref(ref, None, head, f"copy of {source}"):
                     raise ThreadExists(f"thread {target!r} got checkpoints meanwhile; copy stopped")
 
@@ -564,27 +569,34 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         """Swap a namespace to a chain of only the checkpoints ``keep`` picks (oldest first),
         each with all of its writes; lists extending a dropped record are flattened, so
         the dropped records are left to gc. Values are never copied."""
-        for _ in range(MAX_ATTEMPTS):
-            head = self.records.head(ref)
-            if head is None:
-                return
-            index = self._index(ref, head)
-            kept = keep(index)
-            if len(kept) == len(index.order) and all(
-                index.checkpoints[cid][0] == position for position, cid in enumerate(kept)
-            ):
-                return  # already exactly that chain
-            records: RecordList = []
-            newest = ""
-            for cid in kept:
-                position, source = index.checkpoints[cid]
-                newest = max(newest, cid)
-                record = replace(source, writes=index.writes_of(cid), newest=newest)
-                records.append((index.order[position], record))
-            objects, new_head = self._relink(records, None, flatten=True)
-            if self.records.commit(objects, RefUpdate(ref, head, new_head, reason, True)):
-                return
+        with self.records.updating(ref), self.journal.store.objects.write_guard():
+            for _ in range(MAX_ATTEMPTS):
+                if self._rewrite_once(ref, keep, reason):
+                    return
         raise ConflictError(f"namespace {ref!r} kept changing; not rewritten")
+
+    def _rewrite_once(
+        self, ref: str, keep: Callable[[ChainIndex], Sequence[str]], reason: str
+    ) -> bool:
+        """One attempt of ``_rewrite``; False if the swap lost."""
+        head = self.records.head(ref)
+        if head is None:
+            return True
+        index = self._index(ref, head)
+        kept = keep(index)
+        if len(kept) == len(index.order) and all(
+            index.checkpoints[cid][0] == position for position, cid in enumerate(kept)
+        ):
+            return True  # already exactly that chain
+        records: RecordList = []
+        newest = ""
+        for cid in kept:
+            position, source = index.checkpoints[cid]
+            newest = max(newest, cid)
+            record = replace(source, writes=index.writes_of(cid), newest=newest)
+            records.append((index.order[position], record))
+        objects, new_head = self._relink(records, None, flatten=True)
+        return self.records.commit(objects, RefUpdate(ref, head, new_head, reason, True))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's newest checkpoint (and, for DeltaChannel
@@ -596,10 +608,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             return
         if strategy != "keep_latest":
             raise InvalidInputError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
-        with self.journal.store.objects.write_guard():
-            for thread_id in thread_ids:
-                for ref in self.records.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
-                    self._rewrite(ref, self._latest_with_delta_ancestors, "prune keep_latest")
+        for thread_id in thread_ids:
+            for ref in self.records.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
+                self._rewrite(ref, self._latest_with_delta_ancestors, "prune keep_latest")
 
     def _latest_with_delta_ancestors(self, index: ChainIndex) -> builtins.list[str]:
         """The newest checkpoint, plus the ancestors DeltaChannel replays to rebuild it:
@@ -641,9 +652,8 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                 if str(self._metadata(index.checkpoints[cid][1]).get("run_id")) not in doomed
             ]
 
-        with self.journal.store.objects.write_guard():
-            for ref in self.records.refs_under(REF_PREFIX):
-                self._rewrite(ref, survivors, "delete_for_runs")
+        for ref in self.records.refs_under(REF_PREFIX):
+            self._rewrite(ref, survivors, "delete_for_runs")
 
     # -- DeltaChannel ---------------------------------------------------------------------
 
