@@ -23,6 +23,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..backends import NewObject
 from ..errors import InvalidInputError
+from ..journal.cache import BoundedCache
 from ..objects import Kind, MessageNode, object_id
 from ..objects.codec import object_header
 from .history import RecordStore
@@ -122,6 +123,17 @@ class ValueCodec:
 
     def __init__(self, records: RecordStore) -> None:
         self.records = records
+        self._oids: BoundedCache[Serialized, str] = BoundedCache(
+            1 << 16, weigh=lambda item: len(item[1]), max_weight=32 << 20
+        )
+
+    def _blob_oid(self, serialized: Serialized) -> str:
+        """``value_blob_oid``, remembered by the serialized bytes: a list's elements come
+        back every checkpoint, and a dict lookup costs less than hashing them again."""
+        oid = self._oids.get(serialized)
+        if oid is None:
+            oid = self._oids.put(serialized, value_blob_oid(serialized))
+        return oid
 
     # -- encoding -------------------------------------------------------------------------
 
@@ -151,7 +163,7 @@ class ValueCodec:
     def _list(
         self, elements: list[Serialized], channel: str, base: tuple[str, StoredValue] | None
     ) -> EncodedValue:
-        blob_oids = tuple(value_blob_oid(item) for item in elements)
+        blob_oids = tuple(map(self._blob_oid, elements))
         if base is not None and base[1].form in (CHAIN, EXTENDS):
             known = self.records.list_elements(base[1], channel)
             if blob_oids == known:
