@@ -174,14 +174,21 @@ def test_late_writes_for_old_checkpoints_are_kept() -> None:
 def test_writes_that_arrive_before_their_checkpoint_join_it() -> None:
     saver = CasJournalSaver(cj.Journal.memory())
     first = saver.put(config("t"), checkpoint(), {}, {})
-    second = checkpoint()
-    early = config("t", second["id"])
-    saver.put_writes(early, [("ch", "early")], "task")  # LangGraph's executor may do this
-    assert records_in_chain(saver, "t") == 2
-    saver.put(first, second, {}, {})
-    found = saver.get_tuple(early)
-    assert found is not None and found.pending_writes == [("task", "ch", "early")]
-    assert records_in_chain(saver, "t") == 2  # the writes record was replaced
+    second, third = checkpoint(), checkpoint()
+    # LangGraph's executor can deliver writes, even the next checkpoint's, before the put
+    saver.put_writes(config("t", second["id"]), [("ch", "early")], "task")
+    saver.put_writes(config("t", third["id"]), [("ch", "earlier still")], "task")
+    assert records_in_chain(saver, "t") == 3
+    after_second = saver.put(first, second, {}, {})
+    saver.put(after_second, third, {}, {})
+    assert records_in_chain(saver, "t") == 3  # one record per checkpoint, writes inside
+    for reader in (saver, CasJournalSaver(saver.journal)):
+        found = reader.get_tuple(config("t", second["id"]))
+        assert found is not None and found.pending_writes == [("task", "ch", "early")]
+        found = reader.get_tuple(config("t"))
+        assert found is not None and found.checkpoint["id"] == third["id"]
+        assert found.pending_writes == [("task", "ch", "earlier still")]
+        assert found.parent_config == after_second
 
 
 # -- prune, delete, restore ---------------------------------------------------------------

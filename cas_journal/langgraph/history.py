@@ -110,14 +110,16 @@ class RecordStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._records: BoundedCache[str, Record] = BoundedCache(1 << 14)
+        self._records: BoundedCache[str, Record] = BoundedCache(1 << 12)
         self._nodes: BoundedCache[str, MessageNode] = BoundedCache(1 << 17)
         self._elements: BoundedCache[str, tuple[str, ...]] = BoundedCache(512)
         self._extended: BoundedCache[tuple[str, str], tuple[str, ...]] = BoundedCache(1024)
         self._blobs: BoundedCache[str, bytes] = BoundedCache(
             1 << 16, weigh=len, max_weight=64 << 20
         )
-        self._indexes: BoundedCache[str, ChainIndex] = BoundedCache(1024)
+        self._indexes: BoundedCache[str, ChainIndex] = BoundedCache(
+            1024, weigh=lambda index: len(index.order) + 1, max_weight=1 << 16
+        )
         self._heads: BoundedCache[str, tuple[str | None, ...]] = BoundedCache(1 << 14)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._lock = threading.Lock()

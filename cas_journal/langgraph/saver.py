@@ -289,33 +289,45 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                 values, lists = self._channel_values(checkpoint, new_versions, parent, memo)
                 for encoded in values.values():
                     objects += encoded.objects
-                newest = checkpoint_id
-                writes: tuple[StoredWrite, ...] = ()
-                previous = head
-                if head_record is not None:
-                    newest = max(checkpoint_id, head_record.newest_id)
-                    if checkpoint_id <= head_record.newest_id:  # seen before: keep its writes
-                        writes = self._index(ref, head).writes_of(checkpoint_id)
-                    if not head_record.is_checkpoint and head_record.checkpoint_id == checkpoint_id:
-                        # its writes arrived first (LangGraph's executor races them):
-                        # the record takes them over and replaces the writes record
-                        previous = head_record.previous
                 record = Record(
                     checkpoint_id=checkpoint_id,
                     checkpoint=stored_checkpoint,
                     metadata=stored_metadata,
                     parent_id=parent_id,
                     values={channel: encoded.value for channel, encoded in values.items()},
-                    writes=writes,
-                    previous=previous,
-                    newest=newest,
                 )
-                oid = self._swap(ref, head, record, objects, "put", log=False)
-                if oid is not None:
+                records, previous = self._placed(ref, head, head_record, record)
+                new_objects, new_head = self._relink(records, previous, flatten=False)
+                update = RefUpdate(ref, head, new_head, "put", log=False)
+                if self.records.commit([*objects, *new_objects], update):
+                    assert new_head is not None
                     for channel, elements in lists.items():
-                        self.records.remember_extended(oid, channel, elements)
+                        self.records.remember_extended(new_head, channel, elements)
                     return _config(thread_id, namespace, checkpoint_id)
         raise ConflictError(f"namespace {ref!r} kept changing; checkpoint not saved")
+
+    def _placed(
+        self, ref: str, head: str | None, head_record: Record | None, record: Record
+    ) -> tuple[RecordList, str | None]:
+        """Where a new checkpoint record goes: after the head, with every write already
+        stored for its id. Writes records for it among the last few records (LangGraph's
+        background executor can deliver a checkpoint's writes, even the next one's, before
+        the checkpoint) are folded into it: the records after them are rewritten and the
+        new record ends the chain. Returns the records to write and the one before them."""
+        if head_record is None or record.checkpoint_id > head_record.newest_id:
+            return [(None, record)], head  # a new id: nothing stored for it yet
+        index = self._index(ref, head)
+        record = record.with_writes(index.writes_of(record.checkpoint_id))
+        late = [position for position, _ in index.late_writes.get(record.checkpoint_id, ())]
+        if not late or len(index.order) - late[0] > LATE_WRITE_WINDOW:
+            return [(None, record)], head
+        start = late[0]
+        suffix: RecordList = [
+            (oid, self.records.record(oid))
+            for position, oid in enumerate(index.order)
+            if position >= start and position not in late
+        ]
+        return [*suffix, (None, record)], self.records.record(index.order[start]).previous
 
     def _part(self, value: dict[str, Any], objects: ObjectList) -> dict[str, Any] | StoredValue:
         """A checkpoint's fields or metadata as stored (a blob added to ``objects`` if
@@ -363,25 +375,6 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             if encoded.elements:
                 lists[channel] = encoded.elements
         return values, lists
-
-    def _swap(
-        self,
-        ref: str,
-        head: str | None,
-        record: Record,
-        objects: ObjectList,
-        reason: str,
-        log: bool,
-    ) -> str | None:
-        """Write ``record`` (after ``objects``) and swap the ref from ``head`` to it; its
-        oid, or None if the swap lost."""
-        body = record.tree().body()
-        oid = object_id(Kind.TREE, body)
-        objects.append(NewObject(oid, Kind.TREE, body))
-        if not self.records.commit(objects, RefUpdate(ref, head, oid, reason, log)):
-            return None
-        self.records.remember(oid, record)
-        return oid
 
     def put_writes(
         self,
@@ -461,10 +454,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         if head_record is not None and head_record.checkpoint_id == checkpoint_id:
             folded = merge_writes(head_record.writes, list(new))  # its writes record
             return [(head, head_record.with_writes(folded))], head_record.previous
-        newest = checkpoint_id
-        if head_record is not None:
-            newest = max(checkpoint_id, head_record.newest_id)
-        late = Record(checkpoint_id=checkpoint_id, writes=new, newest=newest)
+        late = Record(checkpoint_id=checkpoint_id, writes=new)
         return [(None, late)], head
 
     def _relink(
@@ -477,7 +467,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         and the new head."""
         objects: ObjectList = []
         renamed: dict[str, str] = {}
+        newest = self.records.record(previous).newest_id if previous is not None else ""
         for old, record in records:
+            newest = max(newest, record.checkpoint_id)
             values = dict(record.values)
             for channel, value in record.values.items():
                 if value.form != EXTENDS or value.base is None:
@@ -488,7 +480,8 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                     flat = self.codec.chain(self.records.list_elements(value, channel))
                     values[channel] = flat.value
                     objects += flat.objects
-            relinked = replace(record, values=values, previous=previous)
+            own = "" if newest == record.checkpoint_id else newest
+            relinked = replace(record, values=values, previous=previous, newest=own)
             body = relinked.tree().body()
             previous = object_id(Kind.TREE, body)
             objects.append(NewObject(previous, Kind.TREE, body))
@@ -589,12 +582,9 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         ):
             return True  # already exactly that chain
         records: RecordList = []
-        newest = ""
         for cid in kept:
             position, source = index.checkpoints[cid]
-            newest = max(newest, cid)
-            record = replace(source, writes=index.writes_of(cid), newest=newest)
-            records.append((index.order[position], record))
+            records.append((index.order[position], source.with_writes(index.writes_of(cid))))
         objects, new_head = self._relink(records, None, flatten=True)
         return self.records.commit(objects, RefUpdate(ref, head, new_head, reason, True))
 

@@ -236,7 +236,9 @@ def sync(
     for name in names:
         kinds = [kind for prefix, kind in ROOT_PREFIXES.items() if name.startswith(prefix)]
         if not kinds:
-            raise InvalidInputError(f"only thread, checkpoint and langgraph refs sync: {name!r}")
+            raise InvalidInputError(
+                f"only thread and checkpoint refs (and langgraph/ refs) sync, not {name!r}"
+            )
         kind = kinds[0]
         value = src.refs.read_ref(name)
         if value is None:
