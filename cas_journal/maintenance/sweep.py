@@ -48,7 +48,8 @@ def garbage_references(store: Store, garbage: Iterable[str]) -> dict[str, list[s
     for oid in doomed:
         try:
             kind, body = store.objects.get(oid)
-            references[oid] = [ref for ref, _ in typed_references(kind, body, oid) if ref in doomed]
+            inside = (ref for ref, _ in typed_references(kind, body, oid) if ref in doomed)
+            references[oid] = list(dict.fromkeys(inside))  # once each, however often named
         except JournalError:
             references[oid] = []
     return references
