@@ -4,6 +4,7 @@
     python -m bench objects --scale small        # only the object-layer benchmark
     python -m bench journal --only forks,deep --systems cas,jsonl
     python -m bench report --results FILE        # re-render RESULTS.md from saved JSON
+    python -m bench store --scale small|full     # the local store's hot paths (issue 12)
 
 Run from the repository root. By default ``full`` writes bench/RESULTS.md and
 bench/plots/; ``small`` (a smoke test, < 3 min) writes under bench/out/small/ so it never
@@ -49,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", default="all",
-                        choices=("all", "objects", "journal", "report"),
-                        help="all (default), objects only, journal workloads only, or report")
+                        choices=("all", "objects", "journal", "report", "store"),
+                        help="all (default), objects only, journal workloads only, report, or "
+                             "store (the local store's hot paths beside same-run peers)")
     parser.add_argument("--scale", choices=("small", "full"), default="small")
     parser.add_argument("--only", default="",
                         help=f"comma-separated workloads from {','.join(WORKLOAD_ORDER)}")
@@ -63,12 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="",
                         help="report: comma-separated results JSON files; later files replace "
                              "the same (workload, system) runs of earlier ones")
+    parser.add_argument("--format1", default=None,
+                        help="store: also measure bytes after pack+gc with the cas-journal of "
+                             "this checkout (e.g. a worktree of commit c8186ee, format 1)")
     args = parser.parse_args(argv)
 
     out = args.out or (BENCH_DIR if args.scale == "full" else BENCH_DIR / "out" / args.scale)
     out.mkdir(parents=True, exist_ok=True)
     from .report import write_report
 
+    if args.command == "store":
+        from .store_bench import report, run
+
+        data_dir = args.data_dir or BENCH_DIR / "out" / f"store-data-{time.strftime('%H%M%S')}"
+        doc = run(args.scale, data_dir, args.format1)
+        (out / f"results-store-{args.scale}.json").write_text(json.dumps(doc, indent=1))
+        (out / f"STORE-{args.scale}.md").write_text(report(doc))
+        log(f"wrote {out / f'STORE-{args.scale}.md'}")
+        return 0
     if args.command == "report":
         sources = args.results.split(",") if args.results else [f"{out}/results-{args.scale}.json"]
         merged = merge([json.loads(Path(p).read_text()) for p in sources])

@@ -25,10 +25,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import mmap
 import os
 import random
 import shutil
 import signal
+import sqlite3
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -200,25 +203,76 @@ def replay(records: list[Record]) -> tuple[Model, Record | None]:
 _REAL_WRITE = os.write
 _REAL_FSYNC = os.fsync
 _PATCHED = ("write", "replace", "rename", "unlink", "fsync", "open", "utime", "mkdir")
+_REAL_CONNECT = sqlite3.connect
+COMMIT_KILL_WINDOW = 0.002
+"""A kill aimed at a COMMIT lands this many seconds after it starts, at most (inside
+SQLite's write of the WAL frames and its fsync, or just after)."""
+
+
+class LastEvent:
+    """One byte shared with the parent: the kind of the last event the child traced
+    (``b"C"`` a COMMIT began, ``b"S"`` another SQL statement, ``b"O"`` a file-system call),
+    so the parent can tell where a kill landed."""
+
+    def __init__(self) -> None:
+        self.memory = mmap.mmap(-1, 1)
+
+    def set(self, kind: bytes) -> None:
+        self.memory[0:1] = kind
+
+    def get(self) -> bytes:
+        return self.memory[0:1]
 
 
 class SyscallTrap:
-    """Counts file-system calls made inside operations; SIGKILLs the process at call N."""
+    """Counts events inside operations (file-system calls the store makes through ``os``
+    and SQL statements it runs through ``sqlite3``) and SIGKILLs the process at event N.
 
-    def __init__(self, kill_at: int) -> None:
+    ``kill_at`` N > 0 kills right before the Nth event. N < 0 kills right after the Nth
+    event; when that event is an SQL statement (which runs in C, out of reach), a watchdog
+    thread kills at a random moment within ``COMMIT_KILL_WINDOW`` of its start: for a
+    COMMIT, inside SQLite's own writes and syncs (the statement releases the GIL)."""
+
+    def __init__(self, kill_at: int, last: LastEvent | None = None, seed: int = 0) -> None:
         self.kill_at = kill_at
         self.calls = 0
         self.armed = False
+        self.last = last
+        self.rng = random.Random(seed)
 
     def install(self) -> None:
-        """Wrap the os functions the store writes through."""
+        """Wrap the os functions the store writes through, and sqlite3.connect so that
+        every connection opened from now on reports its statements."""
         for name in _PATCHED:
             setattr(os, name, self._wrap(getattr(os, name)))
+
+        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn = _REAL_CONNECT(*args, **kwargs)
+            conn.set_trace_callback(self._statement)
+            return conn
+
+        sqlite3.connect = connect  # type: ignore[assignment]
+
+    def _note(self, kind: bytes) -> None:
+        if self.last is not None:
+            self.last.set(kind)
+
+    def _statement(self, sql: str) -> None:
+        if not self.armed:
+            return
+        self.calls += 1
+        self._note(b"C" if sql.strip().upper() == "COMMIT" else b"S")
+        if self.calls == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.calls == -self.kill_at:
+            delay = self.rng.uniform(0, COMMIT_KILL_WINDOW)
+            threading.Thread(target=_kill_after, args=(delay,), daemon=True).start()
 
     def _wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if self.armed:
                 self.calls += 1
+                self._note(b"O")
                 if self.calls == self.kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
                 if self.calls == -self.kill_at:  # negative: right after the call
@@ -237,6 +291,12 @@ class SyscallTrap:
             yield
         finally:
             self.armed = False
+            self._note(b"-")
+
+
+def _kill_after(delay: float) -> None:
+    time.sleep(delay)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _message(content: str) -> cj.Entry:
@@ -456,15 +516,14 @@ def child_main(
     durable: bool,
     max_ops: int,
     kill_at: int,
+    last: LastEvent | None = None,
 ) -> None:
     """The forked child's body: never returns (exits with os._exit)."""
     code = 0
     log = AckLog(log_path)
     try:
-        trap = None
-        if kill_at:
-            trap = SyscallTrap(kill_at)
-            trap.install()
+        trap = SyscallTrap(kill_at, last, seed)  # kill_at 0: only notes where it is
+        trap.install()
         worker = Worker(
             store_path, mirror_path, log, model, random.Random(seed), durable, trap
         )
@@ -760,6 +819,12 @@ class CycleStats:
     """Children that finished their operations before the kill landed."""
     interrupted: dict[str, int] = field(default_factory=dict)
     """How many kills landed inside each kind of operation."""
+    in_sql_commit: int = 0
+    """Kills that landed while SQLite committed a transaction (after a COMMIT began and
+    before the next statement or file-system call)."""
+    in_sql_statement: int = 0
+    """Kills that landed right after another SQL statement began (inside a transaction,
+    or in a read)."""
     failures: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
     """Cycles that hit a known, xfail-tracked bug (the store is then replaced)."""
@@ -790,10 +855,19 @@ def run_store(
         if use_syscall:
             kill_at = rng.randrange(1, 400) * rng.choice((1, -1))
         delay = rng.uniform(0, max_delay) if not use_syscall else 30.0
+        last = LastEvent()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             child_main(
-                store_path, mirror_path, log_path, model, child_seed, durable, max_ops, kill_at
+                store_path,
+                mirror_path,
+                log_path,
+                model,
+                child_seed,
+                durable,
+                max_ops,
+                kill_at,
+                last,
             )
         deadline = time.monotonic() + delay
         status = 0
@@ -809,6 +883,8 @@ def run_store(
         tag = f"seed={seed} cycle={cycle} durable={durable} kill_at={kill_at} delay={delay:.3f}"
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
             stats.kills += 1
+            stats.in_sql_commit += last.get() == b"C"
+            stats.in_sql_statement += last.get() == b"S"
         elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             stats.finished += 1
         else:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import tracemalloc
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from backend_contract import StoreContract
+from hypothesis import given
+from hypothesis import strategies as st
+from store_helpers import corrupt_row, row_oids, set_frame
 
+from cas_journal import errors as cj_errors
 from cas_journal.backends import LocalStore, MemoryStore
-from cas_journal.backends.local.objects import verify_loose_file
 from cas_journal.errors import CorruptObject, StoreFormatError
 from cas_journal.objects import Kind, ObjectCodec
 
@@ -39,11 +47,7 @@ class TestLocalStore(StoreContract):
         return LocalStore(store.root, durable=False, create=False)
 
     def corrupt(self, store, oid):
-        path = Path(store.objects.loose_path(oid))
-        data = bytearray(path.read_bytes())
-        data[-3] ^= 0xFF
-        path.chmod(0o644)
-        path.write_bytes(bytes(data))
+        corrupt_row(store, oid)
 
 
 class TestLocalStoreDurable(TestLocalStore):
@@ -107,38 +111,86 @@ def test_four_processes_writing_the_same_objects(tmp_path):
     """
     results = run_children(script, 4, str(store.root))
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
-    loose = list(store.objects.iter_loose())
-    assert len(loose) == 1000  # one copy of each
-    for oid, path in loose:
-        verify_loose_file(oid, path, store.objects.codec)
-    leftovers = [p for p in (store.root / "objects").rglob(".tmp-*")]
-    assert leftovers == []
+    rows = row_oids(store)
+    assert len(rows) == 1000  # one copy of each
+    for oid in rows:
+        assert store.objects.verify_row(oid) is Kind.BLOB
+    assert {p.name for p in store.root.iterdir()} <= {"FORMAT", "packs", "reserve", "store.db", "store.db-shm", "store.db-wal"}
 
 
-def test_a_killed_lock_holder_never_blocks_others(tmp_path):
-    store = LocalStore(tmp_path / "s", durable=False)
-    script = """
-        import sys, time
-        from cas_journal.backends import LocalStore
-        refs = LocalStore(sys.argv[1], durable=False).refs
-        with refs._locks.hold("threads/victim"):
-            print("locked", flush=True)
-            time.sleep(60)
-    """
+def _hold_until_killed(script: str, root: Path) -> None:
+    """Run ``script`` in a child that prints "locked" once it holds a lock; kill it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), str(store.root)],
-        env=env,
-        stdout=subprocess.PIPE,
+        [sys.executable, "-c", textwrap.dedent(script), str(root)], env=env, stdout=subprocess.PIPE
     )
     assert holder.stdout is not None
     assert holder.stdout.readline().strip() == b"locked"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
+
+
+def test_a_killed_writer_inside_a_transaction_never_blocks_others(tmp_path):
+    store = LocalStore(tmp_path / "s", durable=False)
+    _hold_until_killed(
+        """
+        import sys, time
+        from cas_journal.backends import LocalStore
+        store = LocalStore(sys.argv[1], durable=False)
+        conn = store.db.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO refs VALUES ('threads/victim', 'half')")
+        print("locked", flush=True)
+        time.sleep(60)
+        """,
+        store.root,
+    )
     start = time.monotonic()
+    assert store.refs.read_ref("threads/victim") is None  # the killed transaction never was
     assert store.refs.set_if_equals("threads/victim", None, "v")
     assert time.monotonic() - start < 5
     assert store.refs.read_ref("threads/victim") == "v"
+
+
+@pytest.mark.parametrize("lock", ["writers", "maintenance"])
+def test_a_killed_holder_of_the_store_locks_never_blocks_others(tmp_path, lock):
+    store = LocalStore(tmp_path / "s", durable=False)
+    held = "store.writers.exclusive()" if lock == "writers" else "store.objects.maintenance_lock()"
+    _hold_until_killed(
+        f"""
+        import sys, time
+        from cas_journal.backends import LocalStore
+        store = LocalStore(sys.argv[1], durable=False)
+        with {held}:
+            print("locked", flush=True)
+            time.sleep(60)
+        """,
+        store.root,
+    )
+    start = time.monotonic()
+    with store.writers.exclusive(), store.objects.maintenance_lock(wait=False) as got:
+        assert got
+    assert time.monotonic() - start < 5
+
+
+def test_deleting_files_cannot_defeat_the_store_locks(tmp_path):
+    """Regression (issue 16, format 1): deleting the files under locks/ let a second
+    holder in. The locks now live on the store directory and its FORMAT file; removing
+    any other file of the store frees nothing."""
+    store = LocalStore(tmp_path / "s", durable=False)
+    other = LocalStore(tmp_path / "s", durable=False)
+    with store.writers.exclusive(), store.objects.maintenance_lock():
+        for path in sorted(store.root.iterdir()):
+            if path.name not in ("FORMAT", "store.db", "store.db-wal"):
+                (path.rmdir if path.is_dir() else path.unlink)()
+        fd = os.open(other.root, os.O_RDONLY)
+        try:  # a pruning gc in another process cannot get in
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        with other.objects.maintenance_lock(wait=False) as got:
+            assert not got
 
 
 def test_newer_format_is_refused(tmp_path):
@@ -155,8 +207,26 @@ def test_garbage_format_and_foreign_directories_are_refused(tmp_path):
         LocalStore(tmp_path / "foreign")
     with pytest.raises(StoreFormatError):
         LocalStore(tmp_path / "absent", create=False)
+    assert not (tmp_path / "absent").exists()
     LocalStore(tmp_path / "s").close()
-    (tmp_path / "s" / "FORMAT").write_text("something else")
+    for garbage in ["something else", "cas-journal 0\n", "cas-journal \u00b2\n", "cas-journal \u0661\n", "cas-journal -1", "cas-journal 02", "cas-journal 2\n\n"]:
+        (tmp_path / "s" / "FORMAT").write_text(garbage)
+        with pytest.raises(StoreFormatError):
+            LocalStore(tmp_path / "s")
+
+
+def test_a_database_with_a_foreign_schema_is_refused(tmp_path):
+    """A hostile store.db (an extra trigger would run inside our transactions) is refused."""
+    LocalStore(tmp_path / "s").close()
+    conn = sqlite3.connect(tmp_path / "s" / "store.db")
+    conn.execute("CREATE TRIGGER wipe AFTER INSERT ON refs BEGIN DELETE FROM objects; END")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreFormatError, match="did not create"):
+        LocalStore(tmp_path / "s")
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / "s" / f"store.db{suffix}").unlink(missing_ok=True)
+    (tmp_path / "s" / "store.db").write_bytes(b"not a database at all" * 500)
     with pytest.raises(StoreFormatError):
         LocalStore(tmp_path / "s")
 
@@ -167,39 +237,36 @@ def test_names_never_escape_the_store(tmp_path):
         assert store.refs.set_if_equals(f"threads/{name}", None, "v")
     outside = [p for p in tmp_path.iterdir() if p.name != "s"]
     assert outside == []
-    for path in (store.root / "refs").rglob("*"):
-        assert path.resolve().is_relative_to(store.root.resolve())
+    names = {p.name for p in store.root.iterdir()}
+    assert names <= {"FORMAT", "packs", "reserve", "store.db", "store.db-wal", "store.db-shm"}
 
 
-def test_durable_store_syncs_objects_before_the_ref(tmp_path, monkeypatch):
+def test_a_commit_is_one_transaction(tmp_path):
+    from cas_journal.backends import IndexUpdate, RefUpdate, new_object
+
     store = LocalStore(tmp_path / "s", durable=True)
-    events = []
-    real_fsync = os.fsync
-    real_replace = os.replace
+    statements: list[str] = []
+    store.db.connection().set_trace_callback(statements.append)
+    objects = [new_object(Kind.BLOB, b"payload"), new_object(Kind.ENTRY, b"{}")]
+    assert store.commit(
+        objects, RefUpdate("threads/t", None, objects[1].oid, "create"), [IndexUpdate("threadindex/1/t", "1")]
+    )
+    assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
+    assert statements.count("COMMIT") == 1
+    body = statements[statements.index("BEGIN IMMEDIATE") : statements.index("COMMIT")]
+    assert any("INSERT INTO refs" in s and "threads/t" in s for s in body)
+    assert any("INSERT INTO refs" in s and "threadindex/1/t" in s for s in body)
+    assert sum("INSERT INTO objects" in s for s in body) == 2
+    assert any("INSERT INTO reflog" in s for s in body)
+    assert not any(s.lstrip().startswith("SELECT") for s in body)  # no probe, no second read
 
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        return real_fsync(fd)
 
-    def replace(src, dst):
-        events.append(("rename", str(dst)))
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    oid = store.objects.put(Kind.BLOB, b"durable")
-    store.refs.set_if_equals("threads/t", None, oid)
-    object_path = str(store.objects.loose_path(oid))
-    renames = [target for kind, target in events if kind == "rename"]
-    assert renames[0] == object_path
-    first_object_sync = next(i for i, (k, t) in enumerate(events) if k == "fsync" and ".tmp-" in t)
-    ref_rename = events.index(("rename", str(store.root / "refs" / "threads" / "t")))
-    assert first_object_sync < events.index(("rename", object_path)) < ref_rename
-    # the object's directory is synced before the ref moves
-    dir_syncs = [
-        i for i, (k, t) in enumerate(events) if k == "fsync" and t == str(Path(object_path).parent)
-    ]
-    assert dir_syncs and dir_syncs[0] < ref_rename
+@pytest.mark.parametrize("durable", [True, False])
+def test_durability_sets_synchronous(tmp_path, durable):
+    store = LocalStore(tmp_path / "s", durable=durable)
+    level = store.db.connection().execute("PRAGMA synchronous").fetchone()[0]
+    assert level == (2 if durable else 1)  # FULL / NORMAL
+    assert store.db.connection().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_non_durable_store_never_syncs(tmp_path, monkeypatch):
@@ -230,19 +297,419 @@ def test_another_process_sees_a_new_pack(tmp_path):
     assert reader.objects.get(oids[-1]) == (Kind.BLOB, b"fresh 99")
 
 
-def test_an_oversized_loose_file_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+def test_an_oversized_row_is_refused_without_reading_it_whole(tmp_path):
     store = LocalStore(tmp_path / "s", durable=False, max_object_size=4096)
     oid = store.objects.put(Kind.BLOB, b"small")
-    path = Path(store.objects.loose_path(oid))
-    os.chmod(path, 0o644)
     limit = store.objects.codec.max_frame_size
-    path.write_bytes(path.read_bytes() + b"\0" * (limit * 4))
-    reads = []
-    real_read = os.read
-    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
-    with pytest.raises(CorruptObject) as caught:
-        store.objects.get(oid)
+    set_frame(store, oid, b"\0" * (limit * 40))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptObject) as caught:
+            store.objects.get(oid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert oid in str(caught.value)
+    assert peak < limit * 4
     with pytest.raises(CorruptObject):
-        verify_loose_file(oid, path, store.objects.codec)
-    assert reads and max(reads) <= limit + 1
+        store.objects.verify_row(oid)
+
+
+@pytest.mark.parametrize("frame", [b"", "text, not bytes", 42, b"\x28\xb5\x2f\xfd garbage"])
+def test_a_row_holding_garbage_is_a_corrupt_object(tmp_path, frame):
+    store = LocalStore(tmp_path / "s", durable=False)
+    oid = store.objects.put(Kind.BLOB, b"payload")
+    set_frame(store, oid, frame)
+    with pytest.raises(CorruptObject):
+        store.objects.get(oid)
+
+
+# -- group commit ------------------------------------------------------------------------
+
+
+def _queued_commits(store: LocalStore, changes: list, wait_for: int) -> list:
+    """Submit ``changes`` from threads while the leader lock is held, so that they queue
+    up; then release it: one thread leads them all. Returns each thread's outcome."""
+    from cas_journal.backends.local.commits import Change
+
+    results: list = [None] * len(changes)
+
+    def submit(k: int) -> None:
+        try:
+            results[k] = store.committer.submit(changes[k])
+        except Exception as exc:
+            results[k] = exc
+
+    committer = store.committer
+    with committer._leader:
+        workers = [threading.Thread(target=submit, args=(k,)) for k in range(len(changes))]
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 10
+        while len(committer._queue) < wait_for and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(committer._queue) == wait_for
+    for worker in workers:
+        worker.join()
+    assert all(isinstance(c, Change) and c.done for c in changes)
+    return results
+
+
+def test_concurrent_durable_commits_share_one_transaction(tmp_path):
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local.commits import Change
+
+    store = LocalStore(tmp_path / "s", durable=True)
+    store.refs.set_if_equals("threads/shared", None, "0")
+    changes = []
+    for k in range(6):
+        blob = new_object(Kind.BLOB, b"writer %d" % k)
+        changes.append(Change(store.objects.rows_of([blob]), RefUpdate(f"threads/w{k}", None, blob.oid)))
+    changes.append(Change((), RefUpdate("threads/shared", "0", "1")))
+    changes.append(Change((), RefUpdate("threads/shared", "0", "2")))  # loses: 0 is gone by then
+    before = store.committer.transactions
+    results = _queued_commits(store, changes, len(changes))
+    assert store.committer.transactions == before + 1  # one transaction, one fsync
+    assert results == [True] * 7 + [False]
+    assert store.refs.read_ref("threads/shared") == "1"
+    for k in range(6):
+        assert store.objects.get(store.refs.read_ref(f"threads/w{k}")) == (Kind.BLOB, b"writer %d" % k)
+    assert len(store.refs.reflog("threads/shared")) == 2
+
+
+def test_a_failing_group_gives_each_caller_its_own_outcome(tmp_path):
+    from cas_journal.backends import RefUpdate
+    from cas_journal.backends.local.commits import Change
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    # the group's transaction fails (a full disk that recovers): each change is then
+    # retried alone and every caller gets its own outcome
+    changes = [Change((), RefUpdate(f"threads/{n}", None, "1")) for n in "abc"]
+    real_write = store.db.write
+    calls = []
+
+    def failing_first(work, what, damaged=cj_errors.CorruptRef):
+        calls.append(what)
+        if len(calls) == 1:
+            error = sqlite3.OperationalError("database or disk is full")
+            error.sqlite_errorcode = sqlite3.SQLITE_FULL
+            error.sqlite_errorname = "SQLITE_FULL"
+            raise cj_errors.StorageError("committing failed: no space left on device") from error
+        return real_write(work, what, damaged)
+
+    store.db.write = failing_first
+    results = _queued_commits(store, changes, 3)
+    assert results == [True, True, True]
+    assert len(calls) == 4  # the group, then each change alone
+    assert [store.refs.read_ref(f"threads/{n}") for n in "abc"] == ["1", "1", "1"]
+
+
+def test_a_store_locked_too_long_is_a_one_line_conflict(tmp_path, monkeypatch):
+    from cas_journal.backends.local import database
+
+    monkeypatch.setattr(database, "BUSY_TIMEOUT", 0.2)
+    store = LocalStore(tmp_path / "s", durable=False)
+    store.refs.set_if_equals("threads/t", None, "v1")
+    other = sqlite3.connect(store.root / "store.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    try:
+        with pytest.raises(cj_errors.ConflictError) as caught:
+            store.refs.set_if_equals("threads/t", "v1", "v2")
+        assert "\n" not in str(caught.value) and "locked" in str(caught.value)
+        assert not isinstance(caught.value.__cause__, type(None))
+        assert store.refs.read_ref("threads/t") == "v1"  # readers are never blocked
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.refs.set_if_equals("threads/t", "v1", "v2")
+
+
+def test_a_read_only_open_reads_and_refuses_writes(tmp_path):
+    store = LocalStore(tmp_path / "s", durable=False)
+    oid = store.objects.put(Kind.BLOB, b"kept")
+    store.refs.set_if_equals("threads/t", None, oid)
+    store.close()
+    reader = LocalStore(tmp_path / "s", read_only=True)
+    assert reader.refs.read_ref("threads/t") == oid
+    assert reader.objects.get(oid) == (Kind.BLOB, b"kept")
+    with pytest.raises(cj_errors.StorageError, match="read-only"):
+        reader.refs.set_if_equals("threads/t", oid, None)
+    with pytest.raises(cj_errors.StorageError, match="read-only"):
+        reader.objects.put(Kind.BLOB, b"new")
+    with pytest.raises(StoreFormatError):
+        LocalStore(tmp_path / "absent", read_only=True)
+    assert not (tmp_path / "absent").exists()
+
+
+# -- rows read back from the database ----------------------------------------------------------
+
+
+row_values = st.one_of(
+    st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=False),
+    st.text(max_size=30), st.binary(max_size=30),
+)
+
+
+@given(st.tuples(row_values, row_values, row_values, row_values))
+def test_any_reflog_row_parses_or_is_a_corrupt_ref(row):
+    from cas_journal.backends.local.refs import parse_reflog_row
+
+    try:
+        entry = parse_reflog_row("threads/t", row)
+    except cj_errors.CorruptRef as exc:
+        assert "threads/t" in str(exc)
+        return
+    assert entry.old == row[0] and entry.new == row[1] and entry.reason == row[3]
+    assert entry.time.tzinfo is not None
+
+
+@given(row_values)
+def test_any_ref_value_parses_or_is_a_corrupt_ref(value):
+    from cas_journal.backends.local.refs import parse_value
+
+    try:
+        assert parse_value("threads/t", value) == value
+    except cj_errors.CorruptRef:
+        assert not (isinstance(value, str) and value and "\n" not in value and "\r" not in value)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["threads/", "threadindex/", "leases/"]), st.text(min_size=1, max_size=8).filter(lambda t: "\0" not in t)), max_size=12, unique=True), st.text(max_size=6))
+def test_list_refs_matches_a_sorted_filter(tmp_path_factory, names, prefix_tail):
+    store = LocalStore(tmp_path_factory.mktemp("s"), durable=False)
+    full = sorted({a + b for a, b in names})
+    for name in full:
+        assert store.refs.set_if_equals(name, None, "v")
+    for prefix in ("threads/", "threads/" + prefix_tail, "", "threadindex/"):
+        expected = [n for n in full if n.startswith(prefix)]
+        assert store.refs.list_refs(prefix) == expected
+        if expected:
+            assert store.refs.list_refs(prefix, start_after=expected[0], limit=2) == expected[1:3]
+    store.close()
+
+
+def test_listing_is_an_index_range_query(tmp_path):
+    store = LocalStore(tmp_path / "s", durable=False)
+    conn = store.db.connection()
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT name FROM refs WHERE name >= ? AND name < ? AND name > ? "
+        "ORDER BY name LIMIT 50",
+        ("threadindex/", "threadindex0", "threadindex/x"),
+    ).fetchall()
+    detail = " ".join(str(row[-1]) for row in plan)
+    assert "SEARCH refs USING PRIMARY KEY" in detail and "SCAN" not in detail
+
+
+def test_a_forked_child_uses_the_store_it_inherited(tmp_path):
+    """The child never touches its parent's connections or locks (SQLite forbids using a
+    connection across fork): it opens its own, and both processes keep committing."""
+    import cas_journal as cj
+
+    j = cj.Journal.open(tmp_path / "s", durable=False)
+    j.create_thread(cj.ThreadMeta(id="parent"))
+    j.create_thread(cj.ThreadMeta(id="child"))
+    with j.store.writers.shared():  # a lock held at fork time is the parent's alone
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 0
+            try:
+                for i in range(50):
+                    cj.append_message(j, "child", "u", cj.Message(role="user", content=f"c{i}"))
+                with j.store.writers.exclusive():  # not blocked by the parent's shared hold
+                    pass
+            except BaseException:
+                code = 3
+            os._exit(code)
+        for i in range(50):
+            cj.append_message(j, "parent", "u", cj.Message(role="user", content=f"p{i}"))
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert [e.message.content for e in j.path("child")] == [f"c{i}" for i in range(50)]
+    assert [e.message.content for e in j.path("parent")] == [f"p{i}" for i in range(50)]
+    j.close()
+
+
+def test_usage_reports_what_is_on_disk(tmp_path):
+    from cas_journal.maintenance import pack
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    oids = [store.objects.put(Kind.BLOB, os.urandom(2000)) for _ in range(20)]
+    usage = store.objects.usage()
+    assert usage["loose_objects"] == 20 and usage["loose_bytes"] > 20 * 2000
+    assert usage["database_bytes"] + usage["wal_bytes"] >= usage["loose_bytes"]
+    files = sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
+    assert usage["file_bytes"] == files
+    assert usage["disk_bytes"] >= files
+    pack(store)
+    after = store.objects.usage()
+    assert after["loose_objects"] == 0 and after["packs"] == 1 and after["packed_objects"] == 20
+    assert after["packed_bytes"] == after["pack_data_bytes"] + after["pack_index_bytes"] > 0
+    assert store.objects.missing(oids) == set()
+
+
+# -- gc's row rule: commits take no lock against gc ---------------------------------------
+
+
+def _chain(store: LocalStore, texts: list[str]) -> list[str]:
+    """Store a chain of message nodes (each references its blob and its parent)."""
+    from cas_journal.objects import MessageNode, canonical_json
+
+    oids, parent = [], None
+    for text in texts:
+        blob = store.objects.put(Kind.BLOB, canonical_json({"content": text}))
+        parent = store.objects.put(Kind.MESSAGE, MessageNode(blob, parent).body())
+        oids += [blob, parent]
+    return oids
+
+
+def test_sweep_spares_what_rows_written_since_gc_started_reference(tmp_path):
+    from cas_journal.objects import MessageNode, canonical_json
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    garbage = _chain(store, ["a", "b", "c"]) + _chain(store, ["x", "y"])
+    since = store.objects.gc_start()
+    # after gc started: a commit links a new node on top of the first chain's tip, and
+    # another re-inserts (freshens) the second chain's first node
+    blob = store.objects.put(Kind.BLOB, canonical_json({"content": "d"}))
+    store.objects.put(Kind.MESSAGE, MessageNode(blob, garbage[5]).body())
+    store.objects.freshen([garbage[7]])
+    kept = store.objects.sweep_rows(garbage, since, since)
+    assert kept == set(garbage[:6]) | set(garbage[6:8])  # the first chain and x's node+blob
+    assert store.objects.missing(garbage) == set(garbage[8:])
+    assert store.objects.missing(kept) == set()
+
+
+def test_sweep_deletes_unreferenced_garbage_in_one_transaction(tmp_path):
+    store = LocalStore(tmp_path / "s", durable=False)
+    garbage = _chain(store, ["a", "b"])
+    statements: list[str] = []
+    store.db.connection().set_trace_callback(statements.append)
+    since = store.objects.gc_start()
+    assert store.objects.sweep_rows(garbage, since, since) == set()
+    assert store.objects.missing(garbage) == set(garbage)
+    deletes = [i for i, s in enumerate(statements) if s.startswith("DELETE FROM objects")]
+    begins = [i for i, s in enumerate(statements) if s.startswith("BEGIN")]
+    assert len(deletes) == 4 and begins[-1] < deletes[0] and "COMMIT" not in statements[deletes[0] : deletes[-1]]
+
+
+def test_freshening_a_packed_object_makes_it_a_young_row(tmp_path):
+    from cas_journal.maintenance import pack
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    (oid,) = _chain(store, ["a"])[:1]
+    pack(store)
+    assert row_oids(store) == []
+    assert store.objects.freshen([oid, "f" * 64]) == {"f" * 64}
+    assert row_oids(store) == [oid]
+    assert store.objects.verify_row(oid) is Kind.BLOB
+
+
+def _checkpoint_commit(store: LocalStore, run_id: str, messages: list[dict], reuse: int) -> None:
+    """Save a checkpoint the way the journal does, without any lock: the message chain's
+    first ``reuse`` links are already stored, and only the last of them is re-inserted
+    (which freshens it) with the new links and the checkpoint node, in one commit."""
+    from cas_journal.backends import NewObject, RefUpdate
+    from cas_journal.objects import (
+        CheckpointNode,
+        MessageNode,
+        canonical_json,
+        format_time,
+        object_id,
+        utc_now,
+    )
+
+    links, parent = [], None
+    for message in messages:
+        body = canonical_json(message)
+        blob = NewObject(object_id(Kind.BLOB, body), Kind.BLOB, body)
+        node = MessageNode(blob.oid, parent).body()
+        parent = object_id(Kind.MESSAGE, node)
+        links.append((blob, NewObject(parent, Kind.MESSAGE, node)))
+    objects = [links[reuse - 1][1]] + [o for pair in links[reuse:] for o in pair]
+    checkpoint = CheckpointNode(
+        run_id=run_id, created_at=format_time(utc_now()), iteration=1,
+        message_count=len(messages), messages=parent,
+    ).body()
+    objects.append(NewObject(object_id(Kind.CHECKPOINT, checkpoint), Kind.CHECKPOINT, checkpoint))
+    assert store.commit(objects, RefUpdate(f"checkpoints/{run_id}", None, objects[-1].oid, "save 1"))
+
+
+def test_a_commit_between_gc_marking_and_sweeping_is_kept(tmp_path):
+    """Commits take no lock against gc. A checkpoint that reuses a deleted run's message
+    chain (garbage when gc marked; half of it packed) is committed after gc listed its
+    garbage and before it sweeps: everything the new checkpoint reaches survives."""
+    import cas_journal as cj
+    from cas_journal.maintenance import fsck, gc, pack
+
+    j = cj.Journal.open(tmp_path / "s", durable=False)
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(8)]
+    j.checkpoints.save(cj.Checkpoint(run_id="gone", iteration=1, messages=messages[:3]))
+    pack(j.store)
+    j.checkpoints.save(cj.Checkpoint(run_id="gone", iteration=2, messages=messages[:6]))
+    j.checkpoints.delete("gone")
+    other = LocalStore(tmp_path / "s", durable=False)  # another process's gc
+    copies = other.stored_copies
+    committed: list[str] = []
+
+    def commit_first(real):
+        def wrapper(names, older_than):
+            if not committed:  # gc has marked and listed its garbage: a writer commits
+                committed.append(real.__name__)
+                _checkpoint_commit(j.store, "kept", messages, reuse=6)
+            return real(names, older_than)
+
+        return wrapper
+
+    copies.delete_loose = commit_first(copies.delete_loose)  # type: ignore[method-assign]
+    copies.retire_packs = commit_first(copies.retire_packs)  # type: ignore[method-assign]
+    report = gc(other, prune_now=True, reflog_expiry=timedelta(0))
+    assert committed and report.unreachable_objects == 14  # 6 links, 6 blobs, 2 checkpoints
+    assert report.kept_young_objects == 12 and report.deleted_objects == 2
+    assert j.checkpoints.load("kept").messages == messages
+    assert fsck(j.store).ok
+    report = gc(other, prune_now=True, reflog_expiry=timedelta(0))
+    assert report.deleted_objects == 0 and report.unreachable_objects == 0
+    assert j.checkpoints.load("kept").messages == messages
+    assert fsck(j.store).ok
+    j.close()
+    other.close()
+
+
+def test_replace_rows_repairs_a_damaged_row(tmp_path):
+    from cas_journal.backends import new_object
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    obj = new_object(Kind.BLOB, b"precious")
+    store.objects.store_new([obj])
+    corrupt_row(store, obj.oid)
+    with pytest.raises(CorruptObject):
+        store.objects.get(obj.oid)
+    store.objects.store_new([obj])  # an ordinary write only freshens: still damaged
+    with pytest.raises(CorruptObject):
+        store.objects.get(obj.oid)
+    store.objects.replace_rows([obj])
+    assert store.objects.get(obj.oid) == (Kind.BLOB, b"precious")
+
+
+def test_a_pack_whose_garbage_a_young_row_reaches_is_not_retired(tmp_path):
+    """A commit after gc began re-links a packed garbage node (re-inserting it as a row):
+    the pack holding what that node references must stay until the node goes."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.maintenance import pack
+    from cas_journal.objects import MessageNode, canonical_json
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    garbage = _chain(store, ["a", "b"])  # blob a, node a, blob b, node b -> node a
+    pack(store)
+    (packed,) = store.stored_copies.packs()
+    copies = store.stored_copies
+    copies.begin_collection()
+    node_b = store.objects.get(garbage[3])[1]
+    body = canonical_json({"content": "c"})
+    blob_c = new_object(Kind.BLOB, body)
+    node_c = new_object(Kind.MESSAGE, MessageNode(blob_c.oid, garbage[3]).body())
+    relinked = new_object(Kind.MESSAGE, node_b)
+    assert store.commit([relinked, blob_c, node_c], RefUpdate("checkpoints/x", None, node_c.oid))
+    assert copies.retire_packs([packed.name], time.time() + 1) == {packed.name}
+    assert store.objects.missing(garbage) == set()
+    copies.begin_collection()  # a later gc, once the commit is old news: the pack may go
+    assert copies.retire_packs([packed.name], time.time() + 1) == set()

@@ -14,6 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from journal_helpers import assistant, at, user
+from store_helpers import set_frame
 
 import cas_journal as cj
 from cas_journal.cli import cli
@@ -357,9 +358,7 @@ def test_ambiguous_prefix_lists_candidates(run):
 
 def test_corrupt_object_is_one_line(loaded):
     run, ids = loaded
-    path = run.store / "objects" / ids["a"][:2] / ids["a"][2:]
-    path.chmod(0o644)
-    path.write_bytes(b"garbage")
+    set_frame(run.store, ids["a"], b"garbage")
     line = run.fails(1, "cat", ids["a"])
     assert ids["a"] in line
     line = run.fails(1, "log", "main")
@@ -463,9 +462,7 @@ def test_pack_gc_fsck_stats(loaded):
 
 def test_fsck_exits_1_on_a_damaged_store(loaded):
     run, ids = loaded
-    path = run.store / "objects" / ids["e"][:2] / ids["e"][2:]
-    path.chmod(0o644)
-    path.write_bytes(b"garbage")
+    set_frame(run.store, ids["e"], b"garbage")
     result = run("fsck")
     assert result.exit_code == 1 and "problem" in result.stdout
     result = run("fsck", "--json")

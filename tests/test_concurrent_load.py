@@ -46,21 +46,21 @@ def test_prune_now_while_a_writer_commits_loses_nothing(tmp_path: Path) -> None:
         j.create_thread(cj.ThreadMeta(id="t"))
         first = j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="kept")))
         other = LocalStore(path, durable=False)  # another process's maintenance
-        refs = j.store.refs
-        real_swap = refs.set_if_equals
+        committer = j.store.committer
+        real_submit = committer.submit
         ran: list[bool] = []
         pruner = threading.Thread(target=lambda: gc(other, prune_now=True))
 
-        def swap_after_a_gc(name: str, old: str | None, new: str | None, reason: str = "", log: bool = True) -> bool:
-            if name.startswith("threads/") and not ran:
-                ran.append(True)  # the writer stored its objects; a pruning gc starts now
+        def submit_after_a_gc(change: object) -> bool:
+            if not ran:
+                ran.append(True)  # the writer's commit is on its way; a pruning gc starts now
                 pruner.start()
-                time.sleep(0.5)  # ample time to prune the unlinked objects, if it could
-            return real_swap(name, old, new, reason, log)
+                time.sleep(0.5)  # ample time to prune what the commit links, if it could
+            return real_submit(change)  # type: ignore[arg-type]
 
-        refs.set_if_equals = swap_after_a_gc  # type: ignore[method-assign]
+        committer.submit = submit_after_a_gc  # type: ignore[method-assign]
         second = j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="acknowledged")))
-        refs.set_if_equals = real_swap  # type: ignore[method-assign]
+        committer.submit = real_submit  # type: ignore[method-assign]
         pruner.join(timeout=60)
         assert ran and not pruner.is_alive()
     with cj.Journal.open(path, durable=False) as j:

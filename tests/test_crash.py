@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import harness
 import pytest
+from store_helpers import move_rows_into_batch_pack, row_oids, set_all_row_times
 
 import cas_journal as cj
+from cas_journal.backends import LocalStore
 from cas_journal.maintenance import fsck, gc
 from cas_journal.objects import Kind, MessageNode, canonical_json, object_id
 
@@ -47,10 +50,13 @@ def test_two_hundred_kill_points_lose_nothing(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     print(
         f"\n{stats.kills} kill points survived in {elapsed:.1f} s; in flight: "
-        f"{dict(sorted(stats.interrupted.items()))}; known-bug hits: {len(stats.known)}"
+        f"{dict(sorted(stats.interrupted.items()))}; {stats.in_sql_commit} inside an SQLite "
+        f"COMMIT, {stats.in_sql_statement} right after another statement; "
+        f"known-bug hits: {len(stats.known)}"
     )
     assert stats.failures == []
     assert stats.kills >= 200
+    assert stats.in_sql_commit > 0 and stats.in_sql_statement > 0
     # kills landed inside the interesting operations, not only between them
     for op in ("append", "batch", "pack", "sync", "ckpt"):
         assert stats.interrupted.get(op, 0) > 0, stats.interrupted
@@ -94,9 +100,7 @@ def test_gc_keeps_what_a_young_unreachable_object_references(tmp_path: Path) -> 
         j.checkpoints.delete("a")
         links = _chain(messages)
         old = time.time() - 7200  # everything two hours old except one freshened node
-        for oid, path in j.store.objects.iter_loose():
-            if oid != links[1]:
-                os.utime(path, (old, old))
+        set_all_row_times(j.store, old, except_oids=(links[1],))
         report = gc(j.store, reflog_expiry=timedelta(0))
         assert report.deleted_objects > 0 and report.kept_young_objects >= 3
         assert fsck(j.store).ok
@@ -105,19 +109,24 @@ def test_gc_keeps_what_a_young_unreachable_object_references(tmp_path: Path) -> 
         assert fsck(j.store).ok
 
 
-def _gc_killed_at_unlink(store: Path, k: int) -> bool:
-    """Run a prune-now gc in a child that SIGKILLs itself at its kth unlink."""
+def _gc_killed_at_delete(store: Path, k: int) -> bool:
+    """Run a prune-now gc in a child that SIGKILLs itself before its kth row deletion."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        real, calls = os.unlink, [0]
+        real, calls = sqlite3.connect, [0]
 
-        def unlink(path: str, *args: object, **kwargs: object) -> None:
-            calls[0] += 1
-            if calls[0] == k:
-                os.kill(os.getpid(), signal.SIGKILL)
-            real(path, *args, **kwargs)  # type: ignore[arg-type]
+        def trace(sql: str) -> None:
+            if sql.startswith("DELETE FROM objects"):
+                calls[0] += 1
+                if calls[0] == k:
+                    os.kill(os.getpid(), signal.SIGKILL)
 
-        os.unlink = unlink  # type: ignore[assignment]
+        def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+            conn = real(*args, **kwargs)  # type: ignore[arg-type]
+            conn.set_trace_callback(trace)
+            return conn
+
+        sqlite3.connect = connect  # type: ignore[assignment]
         with cj.Journal.open(store, durable=False) as j:
             gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
         os._exit(0)
@@ -134,17 +143,17 @@ def test_gc_killed_mid_sweep_keeps_garbage_closed(tmp_path: Path) -> None:
         with cj.Journal.open(store, durable=False) as j:
             j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:10]))
             j.checkpoints.delete("a")
-        if not _gc_killed_at_unlink(store, k):
-            break  # gc finished before its kth unlink: every unlink has been a kill point
+        if not _gc_killed_at_delete(store, k):
+            break  # gc finished before its kth deletion: every deletion has been a kill point
         kills += 1
         with cj.Journal.open(store, durable=False) as j:
             if not fsck(j.store).ok:
-                broken.append(f"fsck after kill at unlink {k}")
+                broken.append(f"fsck after kill at deletion {k}")
             j.checkpoints.save(cj.Checkpoint(run_id="b", iteration=1, messages=messages))
             try:
                 j.checkpoints.load("b")
             except cj.JournalError as exc:
-                broken.append(f"kill at unlink {k}: acknowledged checkpoint unloadable: {exc}")
+                broken.append(f"kill at deletion {k}: acknowledged checkpoint unloadable: {exc}")
     assert kills >= 21  # 10 blobs, 10 message nodes and the checkpoint are garbage
     assert broken == []
 
@@ -156,7 +165,7 @@ def test_a_store_whose_creation_was_killed_opens(tmp_path: Path) -> None:
     from cas_journal.backends import LocalStore
 
     outcomes = set()
-    for k in range(1, 30):
+    for k in range(1, 200):
         target = tmp_path / f"s{k}"
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
@@ -170,6 +179,8 @@ def test_a_store_whose_creation_was_killed_opens(tmp_path: Path) -> None:
         with cj.Journal.open(target) as j:  # must not raise StoreFormatError
             j.create_thread(cj.ThreadMeta(id="t"))
         assert fsck(j.store).ok
+        if not os.WIFSIGNALED(status):
+            break  # creation made fewer calls than k: every call has been a kill point
     assert outcomes == {True, False}  # some kills landed inside the creation
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "objects").mkdir()
@@ -204,62 +215,63 @@ def test_pack_never_removes_a_batch_pack_written_while_it_ran(tmp_path: Path) ->
         assert objects.get(written[7]) == (Kind.BLOB, b"batch 7")
 
 
-def _batch(j: cj.Journal, tag: str, size: int = 40) -> None:
-    with j.batch("t") as b:
-        for i in range(size):
-            b.append(
-                cj.Entry(
-                    type=cj.EntryType.USER_MESSAGE,
-                    message=cj.Message(role="user", content=f"{tag} message {i}"),
-                )
-            )
+def _batch(store: LocalStore, tag: str, size: int = 80) -> list[str]:
+    """A put_many of ``size`` objects outside a commit (what sync and import do): one
+    batch pack, then a merge of batch packs."""
+    return store.objects.put_many([(Kind.BLOB, b"%s object %d" % (tag.encode(), i)) for i in range(size)])
 
 
-def test_a_batch_commit_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -> None:
-    """Kill a batch commit (which publishes a pack, then merges batch packs) at each of
-    its file-system calls: the store stays fsck-clean, holds every earlier entry, and
-    the batch is either wholly there or wholly absent."""
+def test_a_batch_write_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -> None:
+    """Kill a batch write (which publishes a pack, then merges batch packs) at each of its
+    file-system calls: the store stays fsck-clean, holds every earlier object, and the
+    batch is either wholly there or wholly absent."""
     import shutil
 
     from cas_journal.packs import merging
 
     template = tmp_path / "template"
-    with cj.Journal.open(template) as j:
-        j.create_thread(cj.ThreadMeta(id="t"))
-        for n in range(3):
-            _batch(j, f"base {n}")
-        base = [e.id for e in j.path("t")]
+    with LocalStore(template) as store:
+        base = [oid for n in range(3) for oid in _batch(store, f"base {n}")]
+    killed_batch = [object_id(Kind.BLOB, b"killed object %d" % i) for i in range(80)]
     merged_runs = overlapping = kills = 0
     for k in range(1, 400):
-        store = tmp_path / f"s{k}"
-        shutil.copytree(template, store)
+        target = tmp_path / f"s{k}"
+        shutil.copytree(template, target)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             merging.MERGE_MIN_PACKS = 1  # merge as soon as the ratio breaks
-            with cj.Journal.open(store) as j:
+            with LocalStore(target) as store:
                 trap = harness.SyscallTrap(k)
                 trap.install()
                 with trap.operation():
-                    _batch(j, "killed")
+                    _batch(store, "killed")
             os._exit(0)
         _, status = os.waitpid(pid, 0)
-        with cj.Journal.open(store) as j:
-            report = fsck(j.store)
+        with LocalStore(target) as store:
+            report = fsck(store)
             assert report.ok, (k, report.problems)
-            path = [e.id for e in j.path("t")]
-            assert path[: len(base)] == base, k
-            assert len(path) in (len(base), len(base) + 40), (k, len(path))
-            packs = len(j.store.objects.packs())
-        shutil.rmtree(store)
+            assert store.objects.missing(base) == set(), k
+            assert len(store.objects.missing(killed_batch)) in (0, 80), k
+            packs = len(store.objects.packs())
+        shutil.rmtree(target)
         if not os.WIFSIGNALED(status):
-            assert packs == 1  # the commit finished: everything was merged into one pack
+            assert packs == 1  # the write finished: everything was merged into one pack
             break
         kills += 1
         merged_runs += packs == 1
         overlapping += packs == 4  # two old, the new batch pack and the merged one
-    assert kills >= 20  # the commit and its merge make at least this many calls
+    assert kills >= 20  # the write and its merge make at least this many calls
     assert overlapping >= 1  # some kills left the merged pack beside the packs it holds
     assert merged_runs >= 1  # and some landed after the old packs were gone
+
+
+def _batch_in_a_pack(j: cj.Journal, tag: str, size: int) -> None:
+    """A batch commit to thread "t" whose objects are then moved into a batch pack."""
+    before = set(row_oids(j.store))
+    with j.batch("t") as b:
+        for i in range(size):
+            b.append(_entry("t", f"{tag} message {i}"))
+    move_rows_into_batch_pack(j.store, [oid for oid in row_oids(j.store) if oid not in before])
 
 
 def test_gc_over_packs_killed_at_every_call(tmp_path: Path) -> None:
@@ -284,9 +296,9 @@ def test_gc_over_packs_killed_at_every_call(tmp_path: Path) -> None:
                     j.append(_entry(name, f"{name} {i}"))
             pack(j.store)  # live and doomed in one pack
             j.create_thread(cj.ThreadMeta(id="t"))
-            _batch(j, "first", 30)
+            _batch_in_a_pack(j, "first", 30)
             j.append(_entry("t", "between the batches"))
-            _batch(j, "second", 30)  # merged with the first around the loose entry
+            _batch_in_a_pack(j, "second", 30)  # merged with the first around the loose entry
             j.create_thread(cj.ThreadMeta(id="garbage-pack"))
             with j.batch("garbage-pack") as b:
                 for i in range(40):
@@ -302,11 +314,10 @@ def test_gc_over_packs_killed_at_every_call(tmp_path: Path) -> None:
         shutil.copytree(template, store)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
-            with cj.Journal.open(store, durable=False) as j:
-                trap = harness.SyscallTrap(k)
-                trap.install()
-                with trap.operation():
-                    gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
+            trap = harness.SyscallTrap(k)
+            trap.install()  # before opening: SQL statements count as kill points too
+            with cj.Journal.open(store, durable=False) as j, trap.operation():
+                gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
             os._exit(0)
         _, status = os.waitpid(pid, 0)
         with cj.Journal.open(store, durable=False) as j:

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from journal_helpers import user
+from store_helpers import frame_of, row_oids, set_frame
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore
+from cas_journal.backends.local.packs import PackedObject, write_pack
 from cas_journal.cli import cli as cli_main
 from cas_journal.maintenance import fsck, gc, pack, repair, sync
 from cas_journal.objects import Kind
@@ -42,6 +44,27 @@ def flip(path: Path, at: int) -> None:
     data[at % len(data)] ^= 0x5A
     path.chmod(0o644)
     path.write_bytes(bytes(data))
+
+
+def flip_row(j: cj.Journal, oid: str, at: int) -> None:
+    """Damage the loose copy (the database row) of an object."""
+    frame = frame_of(j.store, oid)
+    assert frame is not None, f"{oid} has no row"
+    data = bytearray(frame)
+    data[at % len(data)] ^= 0x5A
+    set_frame(j.store, oid, bytes(data))
+
+
+def into_batch_pack(j: cj.Journal, oids: list[str]) -> None:
+    """Move rows into a batch pack (what a sync or an import writes)."""
+    objects = j.store.objects
+    write_pack(
+        objects.packs_dir,
+        (PackedObject(oid, objects.canonical(oid)[0]) for oid in oids),
+        durable=False,
+    )
+    objects.remove_rows(oids)
+    objects.refresh_packs()
 
 
 def the_pack(j: cj.Journal):
@@ -96,11 +119,9 @@ def test_reads_fall_back_to_another_intact_copy(tmp_path):
     j = make(tmp_path / "s", threads=1)
     before = [e.id for e in j.path("t0")]
     entry = j.path("t0")[3]
-    loose = Path(j.store.objects.loose_path(entry.id))
-    kept = loose.read_bytes()
+    kept = frame_of(j.store, entry.id)
     pack(j.store)
-    loose.parent.mkdir(exist_ok=True)
-    loose.write_bytes(kept)  # a loose copy beside the packed one
+    set_frame(j.store, entry.id, kept)  # a loose copy (a row) beside the packed one
     reader = the_pack(j)
     _, block, _, _ = reader.index.place(reader.position(entry.id))
     flip(reader.pack_path, block.offset + block.compressed_length // 2)
@@ -142,7 +163,7 @@ def test_fsck_repair_from_a_replica(tmp_path):
     expected = {t: [e.message.content for e in j.path(t)] for t in ("t0", "t1", "t2")}
     reader = the_pack(j)
     flip(reader.pack_path, reader.pack_size // 2)  # a packed copy
-    flip(Path(j.store.objects.loose_path(loose_entry.raw_hash)), 20)  # a loose one
+    flip_row(j, loose_entry.raw_hash, 20)  # a loose one
     j.close()
     damaged = cj.Journal.open(tmp_path / "s", durable=False)
     assert not fsck(damaged.store).ok
@@ -163,7 +184,7 @@ def test_repair_reports_what_the_replica_lacks(tmp_path):
     j = make(tmp_path / "s", threads=1)
     empty = cj.Journal.open(tmp_path / "empty", durable=False)
     entry = j.path("t0")[5]
-    flip(Path(j.store.objects.loose_path(entry.id)), 10)
+    flip_row(j, entry.id, 10)
     report = repair(j.store, empty.store)
     assert report.damaged == [entry.id] and report.still_lost == [entry.id]
     assert not fsck(j.store).ok
@@ -174,7 +195,7 @@ def test_the_cli_repairs_from_a_replica(tmp_path):
     replica = cj.Journal.open(tmp_path / "replica", durable=False)
     sync(j.store, replica.store)
     entry = j.path("t0")[4]
-    flip(Path(j.store.objects.loose_path(entry.raw_hash)), 15)
+    flip_row(j, entry.raw_hash, 15)
     j.close()
     replica.close()
     runner = CliRunner()
@@ -198,10 +219,10 @@ def test_the_cli_repairs_from_a_replica(tmp_path):
 def test_pack_proceeds_around_a_damaged_object(tmp_path):
     j = make(tmp_path / "s", threads=2)
     victim = j.path("t0")[6]
-    flip(Path(j.store.objects.loose_path(victim.raw_hash)), 10)
+    flip_row(j, victim.raw_hash, 10)
     report = pack(j.store)
     assert report.damaged_objects_left == 1 and report.objects > 0
-    assert Path(j.store.objects.loose_path(victim.raw_hash)).exists()  # kept for repair
+    assert victim.raw_hash in row_oids(j.store)  # kept for repair
     assert [e.id for e in j.path("t1")]  # everything else reads from the new pack
     problems = fsck(j.store).problems  # the blob, and the entry that references it
     assert victim.raw_hash in [p.subject for p in problems]
@@ -212,7 +233,7 @@ def test_gc_proceeds_around_a_damaged_blob(tmp_path):
     """A damaged payload references nothing: gc still deletes garbage around it."""
     j = make(tmp_path / "s", threads=2)
     victim = j.path("t0")[6]
-    flip(Path(j.store.objects.loose_path(victim.raw_hash)), 10)
+    flip_row(j, victim.raw_hash, 10)
     j.delete_thread("t1")
     report = gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
     assert report.unreadable_reachable_objects == 0  # gc's mark never reads blobs
@@ -224,7 +245,7 @@ def test_gc_keeps_garbage_while_a_reachable_entry_is_damaged(tmp_path):
     instead of failing forever (or deleting what the entry may need)."""
     j = make(tmp_path / "s", threads=2)
     victim = j.path("t0")[6]
-    flip(Path(j.store.objects.loose_path(victim.id)), 10)
+    flip_row(j, victim.id, 10)
     j.delete_thread("t1")
     report = gc(j.store, prune_now=True, reflog_expiry=timedelta(0))
     assert report.kept_for_damage and report.deleted_objects == 0
@@ -239,6 +260,7 @@ def test_gc_frees_space_on_a_full_disk(tmp_path, monkeypatch):
     the packs holding only garbage before it needs to write anything."""
     j = make(tmp_path / "s", threads=2)
     j.create_thread(cj.ThreadMeta(id="big"))
+    before = set(row_oids(j.store))
     with j.batch("big") as batch:
         for i in range(100):
             batch.append(
@@ -247,6 +269,7 @@ def test_gc_frees_space_on_a_full_disk(tmp_path, monkeypatch):
                     message=cj.Message(role="user", content=f"big {i} " * 50),
                 )
             )
+    into_batch_pack(j, [oid for oid in row_oids(j.store) if oid not in before])
     j.delete_thread("big")
     j.delete_thread("t1")
     j.store.refs.rewrite_reflog("threads/big", lambda e: False)  # expired beforehand
@@ -294,11 +317,7 @@ def test_a_fifo_in_place_of_store_files_never_blocks(tmp_path):
     pack(j.store)
     user(j, "t0", "loose")
     victim = j.path("t1")[-1]  # packed
-    loose = j.path("t0")[-1]
     j.close()
-    loose_path = tmp_path / "s" / "objects" / loose.id[:2] / loose.id[2:]
-    loose_path.unlink()
-    os.mkfifo(loose_path)
     packs = tmp_path / "s" / "packs"
     (data_file,) = packs.glob("*.pack")
     data_file.unlink()
@@ -310,8 +329,6 @@ def test_a_fifo_in_place_of_store_files_never_blocks(tmp_path):
         assert not report.ok
         messages = " ".join(f"{p.subject} {p.message}" for p in report.problems)
         assert "not a regular file" in messages and "symlink" in messages
-        with pytest.raises(cj.JournalError):
-            again.store.objects.get(loose.id)
         with pytest.raises(cj.JournalError):
             again.store.objects.get(victim.id)
         pack(again.store)
@@ -381,3 +398,21 @@ def test_gc_frees_space_on_a_real_full_disk(tmp_path):
             assert [e.message.content for e in j.path("live")] == ["kept", "space is back"]
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("name", ["store.db", "store.db-wal", "store.db-shm"])
+def test_a_fifo_or_a_symlink_in_place_of_the_database_is_refused_without_blocking(tmp_path, name):
+    j = make(tmp_path / "s", threads=1)
+    j.close()
+    target = tmp_path / "s" / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    with deadline(60), pytest.raises(cj.StorageError, match="not a regular file"):
+        cj.Journal.open(tmp_path / "s", durable=False)
+    target.unlink()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    target.symlink_to(outside)
+    with deadline(60), pytest.raises(cj.StorageError, match="symlink"):
+        cj.Journal.open(tmp_path / "s", durable=False)
+    assert outside.read_bytes() == b""

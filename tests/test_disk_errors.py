@@ -1,7 +1,9 @@
 """Disk full and read-only: a failing write raises a clear error and loses nothing.
 
-os.write / os.replace / os.open (for writing) / os.fsync are made to fail with ENOSPC
-or EROFS at their Nth call, for every N until the operation gets through. Each failure
+os.write / os.replace / os.open (for writing) / os.fsync, and every statement that writes
+to the store database, are made to fail with ENOSPC or EROFS (for the database, the
+SQLITE_FULL or SQLITE_IOERR_WRITE error SQLite reports then) at their Nth call, for
+every N until the operation gets through. Each failure
 must be a StorageError (or AppendCommittedError when the commit already happened); the
 store then passes fsck, every earlier acknowledged write reads back, and a later write
 succeeds once space returns. A real tiny tmpfs is used too where mounting is allowed.
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -28,22 +32,62 @@ def _msg(text: str, thread: str = "t") -> cj.Entry:
     return cj.Entry(thread_id=thread, type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=text))
 
 
+_SQLITE_ERRORS = {
+    errno.ENOSPC: (sqlite3.SQLITE_FULL, "SQLITE_FULL", "database or disk is full"),
+    errno.EROFS: (sqlite3.SQLITE_IOERR_WRITE, "SQLITE_IOERR_WRITE", "disk I/O error"),
+}
+_READS = ("SELECT", "PRAGMA", "BEGIN\b(?! IMMEDIATE)")
+
+
 class Faults:
-    """Fail the Nth write-side file-system call with an OSError."""
+    """Fail the Nth write-side call with the error a full or read-only disk gives: an
+    OSError from a file-system call, or the sqlite3 error SQLite reports when a
+    statement of the store database cannot write (raised in place of running it)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, code: int, nth: int) -> None:
         self.code, self.nth, self.calls, self.fired = code, nth, 0, False
         for name in ("write", "replace", "fsync", "open"):
             monkeypatch.setattr(os, name, self._wrap(name, getattr(os, name)))
+        real_connect = sqlite3.connect
+        faults = self
+
+        class FaultyConnection(sqlite3.Connection):
+            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+                faults._statement(sql)
+                return super().execute(sql, *args)
+
+            def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+                faults._statement(sql)
+                return super().executemany(sql, *args)
+
+        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            return real_connect(*args, **kwargs, factory=FaultyConnection)
+
+        monkeypatch.setattr(sqlite3, "connect", connect)
+
+    def _fire(self) -> bool:
+        if self.fired:
+            return False
+        self.calls += 1
+        if self.calls == self.nth:
+            self.fired = True
+            return True
+        return False
+
+    def _statement(self, sql: str) -> None:
+        if re.match("|".join(_READS), sql.strip(), re.IGNORECASE) or not self._fire():
+            return
+        code, name, message = _SQLITE_ERRORS[self.code]
+        error = sqlite3.OperationalError(message)
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+        error.sqlite_errorname = name  # type: ignore[attr-defined]
+        raise error
 
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             writing = name != "open" or (len(args) > 1 and args[1] & (os.O_WRONLY | os.O_RDWR))
-            if writing and not self.fired:
-                self.calls += 1
-                if self.calls == self.nth:
-                    self.fired = True
-                    raise OSError(self.code, os.strerror(self.code))
+            if writing and self._fire():
+                raise OSError(self.code, os.strerror(self.code))
             return real(*args, **kwargs)
 
         return wrapper
@@ -106,9 +150,9 @@ def test_a_failing_write_at_every_point(tmp_path: Path, monkeypatch: pytest.Monk
     for nth in _points(400):
         work = tmp_path / f"n{nth}"
         shutil.copytree(template, work / "s")
-        j = cj.Journal.open(work / "s", durable=True)
         with monkeypatch.context() as patch:
-            faults = Faults(patch, code, nth)
+            faults = Faults(patch, code, nth)  # before the store opens its connections
+            j = cj.Journal.open(work / "s", durable=True)
             try:
                 _operation(op, j, work)
             except (cj.StorageError, cj.AppendCommittedError) as exc:

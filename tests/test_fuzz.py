@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_helpers import add_reflog_row, set_ref_raw
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, MemoryStore
@@ -404,19 +405,11 @@ def test_sync_names_a_bad_ref_with_a_journal_error(tmp_path: Path) -> None:
 # -- refs, reflogs and leases holding garbage ------------------------------------------------
 
 
-GARBAGE = [
-    b"",
-    b"\n",
-    b"no newline",
-    b"two\nlines\n",
-    b"\xff\xfe\n",
-    b"x" * 80_000 + b"\n",
-    b"zz" * 32 + b"\n",
-]
+GARBAGE = ["", "\n", "two\nlines", b"\xff\xfe", b"bytes, not text", 42, "x" * 80_000, "zz" * 32]
 
 
 @pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))
-def test_refs_holding_garbage(tmp_path: Path, garbage: bytes) -> None:
+def test_refs_holding_garbage(tmp_path: Path, garbage: object) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
         j.append(
@@ -428,8 +421,8 @@ def test_refs_holding_garbage(tmp_path: Path, garbage: bytes) -> None:
         )
         j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=[{"a": 1}]))
         root = j.store.root
-    for name in ("refs/threads/t", "refs/checkpoints/r"):
-        (root / name).write_bytes(garbage)
+    for name in ("threads/t", "checkpoints/r"):
+        set_ref_raw(root, name, garbage)
     with cj.Journal.open(root, durable=False) as j:
         with pytest.raises(JournalError):
             j.thread("t")
@@ -441,47 +434,45 @@ def test_refs_holding_garbage(tmp_path: Path, garbage: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    "line",
+    "row",
     [
-        b'\n{"old":"","new":42,"time":"x","reason":1}',
-        b"\n[1,2,3]",
-        b'\n{"new":"zz"}',
-        b"\nnot json at all",
-        b"\x00\xff",
+        ("", 42, "x", 1),
+        (None, None, "yesterday", "r"),
+        (None, "zz\n", 5, "r"),
+        (b"\x00\xff", None, 5, "r"),
+        (None, None, -5, "r"),
+        (None, None, 2**62, "r"),
+        (None, None, 5, b"bytes"),
+        (None, None, 5.5, "r"),
     ],
 )
-def test_reflogs_holding_garbage(tmp_path: Path, line: bytes) -> None:
+def test_reflogs_holding_garbage(tmp_path: Path, row: tuple[object, ...]) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
         root = j.store.root
-    with open(root / "logs" / "threads" / "t", "ab") as f:
-        f.write(line)
+    add_reflog_row(root, "threads/t", *row)
     with cj.Journal.open(root, durable=False) as j:
-        try:
+        with pytest.raises(CorruptRef):
             j.store.refs.reflog("threads/t")
-        except CorruptRef:
-            report = fsck(j.store)
-            assert not report.ok  # reported, not raised
-        else:
-            assert fsck(j.store).ok  # a torn (non-JSON) line is skipped by design
+        report = fsck(j.store)
+        assert not report.ok  # reported, not raised
         assert j.thread("t").id == "t"
 
 
 @pytest.mark.parametrize(
     "value",
     [
-        b"{}\n",
-        b"not json\n",
-        b'{"thread_id":"t"}\n',
-        b'{"thread_id":"t","turn_id":"u","owner_id":"o","created_at":"yesterday"}\n',
+        "{}",
+        "not json",
+        '{"thread_id":"t"}',
+        '{"thread_id":"t","turn_id":"u","owner_id":"o","created_at":"yesterday"}',
     ],
 )
-def test_leases_holding_garbage(tmp_path: Path, value: bytes) -> None:
+def test_leases_holding_garbage(tmp_path: Path, value: str) -> None:
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
         root = j.store.root
-    (root / "refs" / "leases").mkdir(parents=True, exist_ok=True)
-    (root / "refs" / "leases" / "t").write_bytes(value)
+    set_ref_raw(root, "leases/t", value)
     with cj.Journal.open(root, durable=False) as j:
         with pytest.raises(CorruptRef):
             j.active_turn_lease("t")

@@ -6,15 +6,15 @@ import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from copies_contract import StoredCopiesContract
 from journal_helpers import ReadCounter, stored, user
+from store_helpers import corrupt_row, delete_row, frame_of, row_oids, set_frame, set_row_time
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, Store
-from cas_journal.backends.local.packs import LocalPack
+from cas_journal.backends.local.packs import LocalPack, PackedObject, write_pack
 from cas_journal.maintenance import fsck, gc, pack, stats
 from cas_journal.objects import Kind, ObjectCodec, canonical_json
 
@@ -105,14 +105,8 @@ def test_small_objects_compress_far_better_packed_than_one_frame_each(j):
 def test_pack_merges_batch_packs_and_new_loose_objects(j):
     build(j)
     pack(j.store)
-    with j.batch("base") as b:
-        for i in range(100):
-            b.append(
-                cj.Entry(
-                    type=cj.EntryType.USER_MESSAGE,
-                    message=cj.Message(role="user", content=f"batched {i}"),
-                )
-            )
+    # a put_many of many objects outside a commit (a sync, an import) writes a batch pack
+    j.store.objects.put_many([(Kind.BLOB, b"batched %d" % i) for i in range(100)])
     user(j, "fork0", "one more, loose")
     assert j.store.objects.usage()["packs"] == 2
     before = snapshot(j)
@@ -214,7 +208,7 @@ def _age_into_an_old_pack(j: cj.Journal, body: bytes) -> tuple[str, LocalPack]:
     """Store ``body`` unreachable, three hours old, inside an old pack."""
     oid = j.store.objects.put(Kind.BLOB, body)
     old = time.time() - 3 * 3600
-    os.utime(j.store.objects.loose_path(oid), (old, old))
+    set_row_time(j.store, oid, old)
     pack(j.store)
     (reader,) = j.store.objects.packs()
     os.utime(reader.pack_path, (old, old))
@@ -230,10 +224,11 @@ def test_old_unreachable_packed_objects_are_collected(j):
 
 def test_reusing_an_old_packed_object_makes_it_young_again(j):
     build(j)
-    oid, reader = _age_into_an_old_pack(j, b"old garbage that a writer reuses")
+    oid, _ = _age_into_an_old_pack(j, b"old garbage that a writer reuses")
     j.store.objects._freshened.clear()
     assert j.store.objects.put(Kind.BLOB, b"old garbage that a writer reuses") == oid
-    assert reader.file_time() > time.time() - 60
+    written = j.store.objects.object_time(oid)
+    assert written is not None and written > time.time() - 60
     gc(j.store, reflog_expiry=timedelta(0))
     assert j.store.objects.has(oid)
 
@@ -270,11 +265,7 @@ def test_fsck_passes_on_a_healthy_store(j):
 def test_fsck_reports_a_damaged_loose_object(j):
     paths = build(j)
     victim = paths["base"][3]
-    path = j.store.objects.loose_path(victim)
-    os.chmod(path, 0o644)
-    data = bytearray(Path(path).read_bytes())
-    data[-2] ^= 0x40
-    Path(path).write_bytes(bytes(data))
+    corrupt_row(j.store, victim)
     report = fsck(j.store)
     assert not report.ok
     assert any(p.subject == victim for p in report.problems)
@@ -285,7 +276,7 @@ def test_fsck_reports_a_damaged_loose_object(j):
 def test_fsck_reports_missing_objects_and_bad_refs(j):
     paths = build(j)
     entry = j.entry("fork0", paths["fork0"][-1])
-    os.unlink(j.store.objects.loose_path(entry.raw_hash))
+    delete_row(j.store, entry.raw_hash)
     j.store.refs.set_if_equals("threads/ghost", None, "f" * 64, "test")
     j.store.refs.set_if_equals("threads/garbage", None, "not-an-oid", "test")
     j.store.refs.set_if_equals("leases/base", None, "{broken", log=False)
@@ -349,7 +340,8 @@ def test_stats_counts_and_ratios(j):
 
 def test_gc_removes_temp_files_left_by_killed_writers(j):
     build(j)
-    leftover = Path(j.store.objects.loose_path(j.path("base")[0].id)).parent / ".tmp-killed-writer"
+    pack(j.store)
+    leftover = j.store.root / "packs" / ".tmp-killed-writer"
     leftover.write_bytes(b"half an object")
     fresh = leftover.with_name(".tmp-writing-now")
     fresh.write_bytes(b"still being written")
@@ -364,7 +356,7 @@ def test_gc_removes_temp_files_left_by_killed_writers(j):
 
 
 class TestLocalStoredCopies(StoredCopiesContract):
-    """Loose files and pack files."""
+    """Database rows and pack files."""
 
     @pytest.fixture
     def store(self, tmp_path):
@@ -378,11 +370,11 @@ class TestLocalStoredCopies(StoredCopiesContract):
 
     def damage_loose(self, store: Store, oid: str) -> None:
         assert isinstance(store, LocalStore)
-        path = Path(store.objects.loose_path(oid))
-        data = bytearray(path.read_bytes())
+        frame = frame_of(store, oid)
+        assert frame is not None
+        data = bytearray(frame)
         data[len(data) // 2] ^= 0x5A
-        path.chmod(0o644)
-        path.write_bytes(bytes(data))
+        set_frame(store, oid, bytes(data))
 
 
 # -- gc over stored copies: order of work and the closure invariant ------------------------
@@ -425,6 +417,9 @@ def closure_problems(store: Store) -> list[str]:
 
 
 def batch_of(j: cj.Journal, thread: str, tag: str, count: int = 70) -> None:
+    """A batch of entries whose objects end up in a batch pack, as a sync or an import
+    writes them (a batch commit itself writes rows: they are moved into the pack)."""
+    before = set(row_oids(j.store))
     with j.batch(thread) as b:
         for i in range(count):
             b.append(
@@ -433,6 +428,16 @@ def batch_of(j: cj.Journal, thread: str, tag: str, count: int = 70) -> None:
                     message=cj.Message(role="user", content=f"{tag} {i}"),
                 )
             )
+    objects = j.store.objects
+    new = [oid for oid in row_oids(j.store) if oid not in before]
+    write_pack(
+        objects.packs_dir,
+        (PackedObject(oid, objects.canonical(oid)[0]) for oid in new),
+        durable=False,
+    )
+    objects.remove_rows(new)
+    objects.refresh_packs()
+    objects.merge_batch_packs()
 
 
 def test_gc_frees_space_before_it_writes(j, monkeypatch):
@@ -475,7 +480,7 @@ def test_gc_through_a_cycle_of_packs_and_loose_objects(tmp_path, monkeypatch):
     middle = user(journal, "t", "a loose entry between two batches")
     batch_of(journal, "t", "second")  # merged with the first: one pack on both sides
     assert len(journal.store.objects.packs()) == 1
-    assert Path(journal.store.objects.loose_path(middle.id)).exists()
+    assert middle.id in row_oids(journal.store)
     journal.delete_thread("t")
     recorder = Recorder(journal.store, monkeypatch)
     report = gc(journal.store, prune_now=True, reflog_expiry=timedelta(0))

@@ -1,24 +1,37 @@
-"""The local store's stored copies: loose object files and pack files (see ``copies``).
+"""The local store's stored copies: database rows and pack files (see ``copies``).
 
-Loose copies are the files ``objects/ab/cdef...``; their write time is the file's mtime
-(freshening touches it). Packed copies live in ``packs/``; a packed copy's write time is
-the newest of its time in the index and the pack file's mtime (freshening touches the
-pack), rounded up to the end of its second because the index keeps whole seconds.
-Every primitive turns file-system failures into a StorageError and leaves the store
-valid at every instant: a new pack is complete and synced before anything it replaces
-goes, and deletions are synced before they are reported done.
+A loose copy is a row of the store database's ``objects`` table; its write time is the
+row's ``written`` (microseconds; a commit or ``freshen`` raises it). Packed copies live
+in ``packs/``; a packed copy's write time is the newest of its time in the index and the
+pack file's mtime (freshening touches the pack), rounded up to the end of its second
+because the index keeps whole seconds. Every primitive turns failures into a
+JournalError and leaves the store valid at every instant: a new pack is complete and
+synced before anything it replaces goes, and deletions are committed (synced when
+durable) before they are reported done.
+
+gc and commits (the rule of ``objects``): ``begin_collection`` reads the moment gc
+starts; ``delete_loose`` then deletes, in one transaction, rows older than both that
+moment and the given cutoff, keeping every given row that a row written since gc
+started references (directly or through other given rows): ``atomic_delete`` is True.
+``retire_packs`` removes pack files inside a transaction too (holding the database's
+write lock), and keeps a pack whose garbage a row written since gc started still
+reaches. So commits, which write or freshen in their own transaction everything they
+link, take no lock against gc.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import sqlite3
+import stat
 from collections.abc import Collection, Iterator, Sequence
-from pathlib import Path
 
-from ...errors import CorruptObject, JournalError
+from ...errors import CorruptObject, JournalError, ObjectNotFound
 from ...objects import parse_canonical
 from ...packs import PackedObject
+from ..base import NewObject
 from ..copies import (
     CopyCheck,
     PackOptions,
@@ -29,7 +42,7 @@ from ..copies import (
     WrittenPack,
 )
 from .fsutil import fsync_dir, storage_errors
-from .objects import LocalObjectStore, read_loose_file
+from .objects import LocalObjectStore
 from .packs import LocalPack, write_pack
 
 QUARANTINE = "quarantine"
@@ -50,26 +63,35 @@ def summary(pack: LocalPack) -> PackSummary:
     )
 
 
+def _micros(seconds: float) -> int:
+    return math.ceil(seconds * 1e6)
+
+
 class LocalStoredCopies(StoredCopies):
-    """Stored copies of a ``LocalObjectStore``."""
+    """Stored copies of a ``LocalObjectStore``: rows and packs."""
+
+    atomic_delete = True
 
     def __init__(self, objects: LocalObjectStore) -> None:
         self.objects = objects
+        self._since: int | None = None
+
+    def begin_collection(self) -> None:
+        """Make room to work on a full disk (spend the store's reserve), then note when
+        gc starts (read under the database's write lock)."""
+        self.objects.spend_reserve()
+        self._since = self.objects.gc_start()
 
     @contextlib.contextmanager
     def maintenance_lock(self, wait: bool = True) -> Iterator[bool]:
-        """The store's ``locks/maintenance`` flock."""
-        with contextlib.ExitStack() as stack:
-            with storage_errors("taking the maintenance lock"):
-                held = stack.enter_context(self.objects.maintenance_lock(wait))
+        """The store's maintenance lock (an flock on ``FORMAT``)."""
+        with self.objects.maintenance_lock(wait) as held:
             yield held
 
     @contextlib.contextmanager
     def writers_paused(self) -> Iterator[None]:
-        """The writers' lock, held exclusively."""
-        with contextlib.ExitStack() as stack:
-            with storage_errors("pausing writers"):
-                stack.enter_context(self.objects.writers.exclusive())
+        """The writers' lock (an flock on the store directory), held exclusively."""
+        with self.objects.writers.exclusive():
             yield
 
     def packs(self) -> list[PackSummary]:
@@ -78,17 +100,14 @@ class LocalStoredCopies(StoredCopies):
             return [summary(pack) for pack in self.objects.packs()]
 
     def scan(self) -> Iterator[StoredCopy]:
-        """Loose files (mtime, size), then every object of every pack."""
+        """Rows (``written``, frame size), then every object of every pack."""
         objects = self.objects
+        for oid, micros, size in objects.iter_rows():
+            yield StoredCopy(oid, micros / 1e6, size)
         with storage_errors("scanning objects"):
-            for oid, path in objects.iter_loose():
-                with contextlib.suppress(FileNotFoundError):
-                    stat = os.stat(path)
-                    yield StoredCopy(oid, stat.st_mtime, stat.st_size)
             for pack in objects.packs():
                 freshened = pack.file_time()
-                index = pack.index
-                for position, entry in enumerate(index.entries()):
+                for position, entry in enumerate(pack.index.entries()):
                     try:
                         size = pack.stored_size_at(position)
                     except CorruptObject:
@@ -97,7 +116,7 @@ class LocalStoredCopies(StoredCopies):
                     yield StoredCopy(entry.oid.hex(), written, size, pack.name)
 
     def read_canonical(self, oid: str) -> bytes:
-        """From the first intact copy (packs, then the loose file)."""
+        """From the first intact copy (packs, then the row)."""
         with storage_errors("reading an object"):
             return self.objects.canonical(oid)[0]
 
@@ -143,53 +162,61 @@ class LocalStoredCopies(StoredCopies):
             return WrittenPack(summary(new), skipped)
 
     def delete_loose(self, oids: Collection[str], older_than: float | None) -> set[str]:
-        """Unlink loose files (checking each file's mtime first), then sync their
-        directories."""
-        kept: set[str] = set()
-        touched: set[str] = set()
-        with storage_errors("deleting objects"):
-            for oid in oids:
-                path = self.objects.loose_path(oid)
-                try:
-                    if older_than is not None and os.stat(path).st_mtime >= older_than:
-                        kept.add(oid)
-                        continue
-                    os.unlink(path)
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
-                touched.add(os.path.dirname(path))
-            if self.objects.durable:
-                for directory in touched:
-                    fsync_dir(directory)
+        """Delete rows in one transaction. With a cutoff, a row written at or after it,
+        or after gc began, is kept, and so is every given row that a row written since
+        gc began (or a kept one) references. Without one (pack: the objects are packed
+        now), every given row goes."""
+        objects = self.objects
+        if older_than is None:
+            objects.remove_rows(oids)
+            kept: set[str] = set()
+        else:
+            since = self._since if self._since is not None else objects.gc_start()
+            kept = objects.sweep_rows(oids, min(_micros(older_than), since), since)
+        objects.release_space()
         return kept
 
     def retire_packs(self, names: Collection[str], older_than: float | None) -> set[str]:
-        """Remove pack files (index first), sparing packs touched since ``older_than``."""
-        kept: set[str] = set()
+        """Remove pack files (index first) while holding the database's write lock, so no
+        commit runs meanwhile; spare packs touched since ``older_than`` and packs holding
+        the only copy of an object that a row written since gc began still reaches."""
+        objects = self.objects
         wanted = set(names)
-        with storage_errors("removing packs"):
-            for pack in self.objects.packs():
-                if pack.name not in wanted:
-                    continue
+        packs = [pack for pack in objects.packs() if pack.name in wanted]
+        kept: set[str] = set()
+        since = self._since
+
+        def work(conn: sqlite3.Connection) -> None:
+            needed = (
+                objects.packed_only_reached_from_young_rows(conn, since, packs)
+                if since is not None and older_than is not None
+                else set()
+            )
+            for pack in packs:
                 with contextlib.suppress(FileNotFoundError):
                     if older_than is not None and os.stat(pack.pack_path).st_mtime >= older_than:
                         kept.add(pack.name)
                         continue
-                self.objects.remove_pack(pack)
+                if pack.name in needed:
+                    kept.add(pack.name)
+                    continue
+                objects.remove_pack(pack)
+
+        with storage_errors("removing packs"):
+            objects.db.write(work, "removing packs", CorruptObject)
         return kept
 
     def loosen(self, oids: Collection[str]) -> None:
-        """Write loose copies that keep the objects' write times."""
-        with storage_errors("loosening objects"):
-            for oid in sorted(oids):
-                self.objects.loosen(oid)
+        """Rows that keep the objects' write times (one transaction)."""
+        self.objects.loosen_many(sorted(oids))
 
     def write_loose(self, objects: Sequence[PackedObject]) -> None:
-        """Write each object to a temp file and rename it over its loose path."""
-        with storage_errors("writing objects"):
-            for obj in objects:
-                kind, body = parse_canonical(obj.oid, obj.data)
-                self.objects.replace_loose(obj.oid, kind, body)
+        """Fresh rows for objects given as canonical forms, replacing damaged ones."""
+        fresh = []
+        for obj in objects:
+            kind, body = parse_canonical(obj.oid, obj.data)
+            fresh.append(NewObject(obj.oid, kind, body))
+        self.objects.replace_rows(fresh)
 
     def set_aside(self, names: Collection[str]) -> None:
         """Move the packs' files into ``packs/quarantine/``."""
@@ -207,7 +234,7 @@ class LocalStoredCopies(StoredCopies):
             objects.refresh_packs()
 
     def verify(self) -> Iterator[CopyCheck]:
-        """Walk every pack block by block, then decode every loose file."""
+        """Walk every pack block by block, then decode every row."""
         objects = self.objects
         with storage_errors("verifying objects"):
             for name, reason in sorted(objects.unreadable_packs().items()):
@@ -227,32 +254,33 @@ class LocalStoredCopies(StoredCopies):
                     else:
                         kind, _ = parse_canonical(walked.oid, walked.data)
                         yield CopyCheck(pack.name, walked.oid, kind)
-            for oid, path in objects.iter_loose():
-                try:
-                    frame, _ = read_loose_file(str(path), objects.codec.max_frame_size)
-                    if not frame:
-                        raise CorruptObject("loose object file is empty", oid)
-                    kind, _ = objects.codec.decode(oid, frame)
-                except FileNotFoundError:
-                    continue  # packed and removed meanwhile
-                except JournalError as exc:
-                    yield CopyCheck("loose", oid, None, f"loose copy: {exc}")
-                    continue
-                yield CopyCheck("loose", oid, kind)
+        for oid, _ in objects.iter_loose():
+            try:
+                kind = objects.verify_row(oid)
+            except ObjectNotFound:
+                continue  # packed and removed meanwhile
+            except JournalError as exc:
+                yield CopyCheck("loose", oid, None, f"loose copy: {exc}")
+                continue
+            yield CopyCheck("loose", oid, kind)
 
     def remove_leftovers(self, older_than: float) -> int:
-        """Hidden ``.tmp-*`` files left by killed writers, once older than the cutoff."""
-        root = Path(self.objects.loose_dir).parent
+        """Hidden ``.tmp-*`` files left by killed writers (in the store directory and in
+        ``packs/``), once older than the cutoff."""
         removed = 0
         with storage_errors("removing temp files"):
-            for top in ("objects", "packs", "refs", "logs"):
-                for directory, _dirs, files in os.walk(root / top):
-                    for name in files:
-                        if not name.startswith(".tmp-"):
-                            continue
-                        path = os.path.join(directory, name)
-                        with contextlib.suppress(FileNotFoundError):
-                            if os.lstat(path).st_mtime < older_than:
-                                os.unlink(path)
-                                removed += 1
+            for directory in (self.objects.root, self.objects.packs_dir):
+                try:
+                    names = os.listdir(directory)
+                except FileNotFoundError:
+                    continue
+                for name in names:
+                    if not name.startswith(".tmp-"):
+                        continue
+                    path = os.path.join(directory, name)
+                    with contextlib.suppress(FileNotFoundError):
+                        info = os.lstat(path)
+                        if stat.S_ISREG(info.st_mode) and info.st_mtime < older_than:
+                            os.unlink(path)
+                            removed += 1
         return removed

@@ -1,20 +1,46 @@
-"""The local object store: loose objects (one zstd frame per file) plus pack files.
+"""The local object store: rows of the store database (objects not yet packed) plus packs.
 
-Loose object ``<oid>`` lives at ``objects/<oid[:2]>/<oid[2:]>``, written to a hidden temp
-file in the same directory and renamed into place, so no reader ever sees half an object
-under its final name. A ``put_many`` of many objects (a batch commit) writes one pack
-instead: one file and one fsync for the lot. Reads look in packs, then loose objects,
-then rescan the pack directory (another process may have packed or written meanwhile).
+An object not yet packed is a row of the ``objects`` table: its raw 32-byte oid, the zstd
+frame of its canonical form (the same bytes a loose file of format 1 held) and
+``written``, when the row was last written or freshened (microseconds). Rows are written
+by the commit that links them, in the same transaction (``commits.Change``); writing an
+object that already has a row only raises its ``written`` time. A ``put_many`` of many
+objects outside a commit (a sync, an import) is written as one pack instead. Reads look
+in packs, then rows, then rescan the pack directory (another process may have packed
+meanwhile and deleted the rows).
+
+gc and rows, the rule: every commit writes, in its own transaction, every object its new
+ref value links directly (new objects, and reused ones, which it re-inserts: that only
+raises their ``written`` time), and ``freshen`` turns an object a writer is about to link
+into a young row too. ``written`` never goes down. So once gc has read the moment it
+starts (``gc_start``, taken under the database's write lock, so every commit stamped
+earlier is visible to it), anything a commit links later is a row written at or after
+that moment, or is reachable from one. gc therefore deletes a row only if it was
+unreachable from the refs and reflogs it read after starting, its ``written`` time is
+older than its start (and its grace period), and no row written since then references it,
+directly or through other garbage: ``sweep_rows`` checks the last two inside the one
+transaction that deletes, so no commit can slip between the check and the deletion.
+Commits therefore take no lock against gc. The one case the rule cannot see is a writer
+that read an object before gc started from a ref that stopped reaching it (deleted, and
+its reflog expired) and links it only after gc swept it; with the default reflog expiry
+of 30 days, that needs a writer stalled that long. Writers that store objects before a
+separate ref update (``put_many`` then ``set_if_equals``: sync, import) hold
+``write_guard`` in between, which ``gc --prune-now`` excludes. The rule assumes the
+system clock does not step back by more than gc's run while gc runs.
+
+Packed objects keep the times recorded in their pack index; before gc drops a pack it
+gives the pack's garbage rows with those times (``loosen_many``), so the same rule
+covers them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ...errors import CorruptObject, JournalError, ObjectNotFound, StorageError
@@ -26,27 +52,84 @@ from ...objects import (
     object_id,
     parse_canonical,
     require_oid,
+    typed_references,
 )
 from ...packs import BlockCache, PackedObject
 from ...packs.merging import packs_to_merge
-from ..base import ObjectStore
-from .fsutil import atomic_replace, fsync_dir, storage_errors, temp_name, write_all
-from .gclock import WritersLock
-from .packs import LocalPack, open_regular, remove_pack_files, write_merged_pack, write_pack
+from ..base import NewObject, ObjectStore
+from .commits import Change, Committer, now_micros
+from .database import Database
+from .fsutil import storage_errors
+from .locks import WritersLock, maintenance_lock
+from .packs import LocalPack, remove_pack_files, write_merged_pack, write_pack
 
+RESERVE_FILE = "reserve"
+RESERVE_BYTES = 512 * 1024
+"""Disk space the store keeps aside (a preallocated file) so that gc can start on a
+full disk: the database needs to write a little before it can free anything."""
 PACK_THRESHOLD = 64
-"""A put_many of at least this many new objects is written as a pack."""
+"""A put_many of at least this many new objects (outside a commit) is written as a pack."""
 FRESHEN_INTERVAL = 60.0
+_READ_ROW = "SELECT substr(frame, 1, ?), length(frame) FROM objects WHERE oid = ?"
+
+
+def ensure_reserve(root: Path) -> None:
+    """Set ``RESERVE_BYTES`` aside in the store's reserve file, if the disk has room (best
+    effort: a store without its reserve works the same, gc just needs some free space
+    to start on a full disk)."""
+    path = root / RESERVE_FILE
+    try:
+        if os.lstat(path).st_size >= RESERVE_BYTES:
+            return
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _hex_range(prefix: str) -> tuple[bytes, bytes | None]:
+    """The raw-oid range ``[low, high)`` of oids starting with a lowercase hex prefix."""
+    shift = 4 * (64 - len(prefix))
+    value = int(prefix, 16) if prefix else 0
+    low = (value << shift).to_bytes(32, "big")
+    top = (value + 1) << shift
+    return low, (top.to_bytes(32, "big") if top < 1 << 256 else None)
 
 
 class LocalObjectStore(ObjectStore):
-    """Objects in a directory: loose files and packs."""
+    """Objects in a store directory: database rows and packs."""
 
-    def __init__(self, root: Path, codec: ObjectCodec, durable: bool) -> None:
+    def __init__(
+        self,
+        root: Path,
+        codec: ObjectCodec,
+        durable: bool,
+        db: Database,
+        committer: Committer,
+        writers: WritersLock,
+    ) -> None:
         self.codec = codec
         self.durable = durable
-        self.loose_dir = root / "objects"
-        self._loose_prefix = f"{self.loose_dir}{os.sep}"
+        self.db = db
+        self.committer = committer
+        self.writers = writers
+        self.root = root
         self.packs_dir = root / "packs"
         self.cache = BlockCache()
         self._packs: dict[str, LocalPack] = {}
@@ -55,7 +138,6 @@ class LocalObjectStore(ObjectStore):
         self._merging_failed = False
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
-        self.writers = WritersLock(root / "locks")
         self._lock = threading.Lock()
         self.refresh_packs()
 
@@ -138,107 +220,6 @@ class LocalObjectStore(ObjectStore):
                 return pack, position
         return None
 
-    # -- loose objects ----------------------------------------------------------------
-
-    def loose_path(self, oid: str) -> str:
-        """Where the loose copy of ``oid`` lives (whether or not it exists)."""
-        return f"{self._loose_prefix}{oid[:2]}/{oid[2:]}"
-
-    def _write_loose(self, oid: str, frame: bytes, dirty: set[str]) -> None:
-        path = self.loose_path(oid)
-        if os.path.exists(path):
-            return
-        directory = self._loose_prefix + oid[:2]
-        tmp = temp_name(directory, oid[2:10] + "-")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except FileNotFoundError:
-            os.makedirs(directory, exist_ok=True)
-            dirty.add(str(self.loose_dir))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        try:
-            write_all(fd, frame)
-            if self.durable:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        dirty.add(directory)
-
-    def iter_loose(self) -> Iterator[tuple[str, Path]]:
-        """``(oid, path)`` of every loose object file."""
-        try:
-            fanout = sorted(os.listdir(self.loose_dir))
-        except FileNotFoundError:
-            return
-        for prefix in fanout:
-            if len(prefix) != 2:
-                continue
-            directory = self.loose_dir / prefix
-            try:
-                names = os.listdir(directory)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for name in names:
-                oid = prefix + name
-                if is_oid(oid):
-                    yield oid, directory / name
-
-    # -- protocol -----------------------------------------------------------------------
-
-    def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
-        with storage_errors("writing objects"):
-            oids = [object_id(kind, body) for kind, body in items]
-            new = []
-            for oid, (kind, body) in zip(oids, items, strict=True):
-                pack = self._find_in_packs(oid)
-                if pack is None:
-                    new.append((oid, kind, body))
-                else:
-                    self._freshen_pack(pack)
-            for _, _, body in new:
-                self.codec.check_size(body)
-            # A big batch becomes one pack; a loose copy it duplicates is harmless and goes
-            # at the next pack or gc. Small batches skip (and freshen) objects stored loose.
-            if len(new) < PACK_THRESHOLD:
-                new = [item for item in new if not self._freshen_loose(item[0])]
-            if len(new) >= PACK_THRESHOLD:
-                self.packs_dir.mkdir(exist_ok=True)
-                write_pack(
-                    self.packs_dir,
-                    (PackedObject(oid, canonical_form(kind, body)) for oid, kind, body in new),
-                    self.durable,
-                )
-                self.refresh_packs()
-                self.merge_batch_packs()
-            else:
-                dirty: set[str] = set()
-                for oid, kind, body in new:
-                    _, frame = self.codec.encode(kind, body)
-                    self._write_loose(oid, frame, dirty)
-                if self.durable:
-                    for directory in sorted(dirty, key=len, reverse=True):
-                        fsync_dir(directory)
-        return oids
-
-    def _freshen_loose(self, oid: str) -> bool:
-        """Mark an existing loose object as just written (gc's grace period restarts for
-        it, so a writer about to link it is safe); False if there is no loose copy."""
-        try:
-            os.utime(self.loose_path(oid))
-        except FileNotFoundError:
-            return False
-        return True
-
     def _freshen_pack(self, pack: LocalPack) -> None:
         """Mark a pack as just written (at most once a minute): gc treats its objects as
         no older than the pack file's mtime."""
@@ -248,93 +229,11 @@ class LocalObjectStore(ObjectStore):
             with contextlib.suppress(FileNotFoundError):
                 os.utime(pack.pack_path)
 
-    def object_time(self, oid: str) -> int | None:
-        """When an object was last written or freshened (unix seconds), None if absent."""
-        newest: int | None = None
-        with contextlib.suppress(FileNotFoundError):
-            newest = int(os.stat(self.loose_path(oid)).st_mtime)
-        for pack in self.packs():
-            position = pack.position(oid)
-            if position >= 0:
-                when = max(pack.time_at(position), pack.file_time())
-                newest = when if newest is None else max(newest, when)
-        return newest
-
-    def canonical(self, oid: str) -> tuple[bytes, int]:
-        """The verified canonical form of an object, from its first intact copy, and
-        when that copy was last written."""
-        return self._intact_copy(oid, None)
-
-    def _intact_copy(self, oid: str, first_error: JournalError | None) -> tuple[bytes, int]:
-        """The canonical form from any intact copy (every pack holding ``oid``, then the
-        loose file) and that copy's write time. A damaged copy is skipped (fsck reports
-        it); if none is intact the first error is raised, ObjectNotFound if none exists."""
-        for pack in self.packs():
-            position = pack.position(oid)
-            if position >= 0:
-                try:
-                    data = pack.canonical_at(position)
-                    parse_canonical(oid, data)
-                    return data, max(pack.time_at(position), pack.file_time())
-                except CorruptObject as exc:
-                    first_error = first_error or exc
-        try:
-            frame, when = read_loose_file(self.loose_path(oid), self.codec.max_frame_size)
-            kind, body = self.codec.decode(oid, frame)
-            return canonical_form(kind, body), when
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except JournalError as exc:
-            first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
-        raise ObjectNotFound(f"object {oid} not found")
-
-    def write_guard(self) -> contextlib.AbstractContextManager[None]:
-        """Shared hold on the writers' lock (a pruning gc waits for it, see gclock)."""
-        return self.writers.shared()
-
-    def loosen(self, oid: str) -> None:
-        """Give a packed object a loose copy that keeps its recorded write time (gc
-        does this before dropping a pack, so no object vanishes before its referrers)."""
-        if os.path.exists(self.loose_path(oid)):
-            return
-        data, when = self.canonical(oid)
-        kind, body = parse_canonical(oid, data)
-        _, frame = self.codec.encode(kind, body)
-        dirty: set[str] = set()
-        self._write_loose(oid, frame, dirty)
-        os.utime(self.loose_path(oid), (when, when))
-        if self.durable:
-            for directory in sorted(dirty, key=len, reverse=True):
-                fsync_dir(directory)
-
-    def replace_loose(self, oid: str, kind: Kind, body: bytes) -> None:
-        """Write a loose copy of ``oid`` over the one there (repair of a damaged copy):
-        a temp file renamed into place, synced when durable."""
-        os.makedirs(self._loose_prefix + oid[:2], exist_ok=True)
-        atomic_replace(self.loose_path(oid), self.codec.compress(kind, body), self.durable, 0o444)
-
     @contextlib.contextmanager
     def maintenance_lock(self, wait: bool = True) -> Iterator[bool]:
-        """Exclusive across processes: one pack, gc or merge at a time (released if the
-        holder is killed). Yields True once held; with ``wait=False`` it yields False at
-        once if another holds it."""
-        locks = self.loose_dir.parent / "locks"
-        locks.mkdir(exist_ok=True)
-        fd = os.open(locks / "maintenance", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked child may share the fd
-        finally:
-            os.close(fd)
+        """The store's maintenance lock (see ``locks.maintenance_lock``)."""
+        with maintenance_lock(self.root / "FORMAT", wait) as held:
+            yield held
 
     def merge_batch_packs(self) -> int:
         """Merge small batch packs as ``merging`` describes; return how many were merged.
@@ -373,58 +272,401 @@ class LocalObjectStore(ObjectStore):
         remove_pack_files(self.packs_dir, pack.name, self.durable)
         self.refresh_packs()
 
-    def usage(self) -> dict[str, int]:
-        """Objects and bytes on disk: loose files, and packs with their indexes."""
-        loose = loose_bytes = 0
-        for _, path in self.iter_loose():
-            with contextlib.suppress(FileNotFoundError):
-                loose_bytes += os.stat(path).st_size
-                loose += 1
-        packs = self.packs()
-        packed_bytes = 0
-        for pack in packs:
-            with contextlib.suppress(FileNotFoundError):
-                packed_bytes += os.stat(pack.pack_path).st_size + os.stat(pack.index_path).st_size
-        return {
-            "loose_objects": loose,
-            "loose_bytes": loose_bytes,
-            "packs": len(packs),
-            "packed_objects": sum(pack.count for pack in packs),
-            "packed_bytes": packed_bytes,
-        }
+    # -- rows ---------------------------------------------------------------------------
 
-    def _read_loose(self, oid: str) -> tuple[Kind, bytes] | None:
-        try:
-            frame, _ = read_loose_file(self.loose_path(oid), self.codec.max_frame_size)
-        except (FileNotFoundError, NotADirectoryError):
+    def _read_row(self, oid: str) -> bytes | None:
+        """The stored frame of an object's row (None if there is none), read only up to
+        the largest frame an object within the size limit can have."""
+        limit = self.codec.max_frame_size
+        found = self.db.row(
+            _READ_ROW, (limit + 1, bytes.fromhex(oid)), "reading an object", CorruptObject
+        )
+        if found is None:
             return None
-        return self.codec.decode(oid, frame)
+        frame, length = found
+        if not isinstance(frame, bytes) or not isinstance(length, int):
+            raise CorruptObject("object row does not hold a frame", oid)
+        if length > limit:
+            raise CorruptObject(
+                f"stored frame is {length} bytes, more than the {limit}-byte limit", oid
+            )
+        return frame
+
+    def iter_rows(self) -> list[tuple[str, int, int]]:
+        """``(oid, written in microseconds, frame bytes)`` of every row, as one snapshot."""
+        rows = self.db.rows(
+            "SELECT oid, written, length(frame) FROM objects",
+            what="listing objects",
+            damaged=CorruptObject,
+        )
+        found = []
+        for raw, written, size in rows:
+            if isinstance(raw, bytes) and len(raw) == 32 and isinstance(written, int):
+                found.append((raw.hex(), written, int(size) if isinstance(size, int) else 0))
+        return found
+
+    def iter_loose(self) -> Iterator[tuple[str, int]]:
+        """``(oid, written in microseconds)`` of every object not yet packed."""
+        for oid, written, _ in self.iter_rows():
+            yield oid, written
+
+    def verify_row(self, oid: str) -> Kind:
+        """Decode and verify an object's row (fsck); CorruptObject if it is damaged,
+        ObjectNotFound if the row is gone (packed meanwhile)."""
+        frame = self._read_row(oid)
+        if frame is None:
+            raise ObjectNotFound(f"object {oid} has no row")
+        if not frame:
+            raise CorruptObject("object row holds an empty frame", oid)
+        return self.codec.decode(oid, frame)[0]
+
+    def row_time(self, oid: str) -> int | None:
+        """When an object's row was last written or freshened (microseconds), or None."""
+        found = self.db.row(
+            "SELECT written FROM objects WHERE oid = ?",
+            (bytes.fromhex(oid),),
+            "reading an object's time",
+            CorruptObject,
+        )
+        if found is None or not isinstance(found[0], int):
+            return None
+        return found[0]
+
+    def replace_rows(self, objects: Sequence[NewObject]) -> None:
+        """Store fresh rows for objects, overwriting any row already there (a damaged
+        one: repair), in one transaction. The caller has checked each oid."""
+        rows = [(raw, frame) for raw, frame in self.rows_of(objects)]
+        now = now_micros()
+        self.db.write(
+            lambda conn: conn.executemany(
+                "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) ON CONFLICT (oid) "
+                "DO UPDATE SET frame = excluded.frame, written = max(excluded.written, "
+                "objects.written + 1)",
+                [(raw, now, frame) for raw, frame in rows],
+            ),
+            "repairing objects",
+            CorruptObject,
+        )
+
+    def remove_rows(self, oids: Iterable[str]) -> None:
+        """Delete the rows of objects that are now packed (``pack``), in one transaction."""
+        raws = [(bytes.fromhex(oid),) for oid in oids]
+        self.db.write(
+            lambda conn: conn.executemany("DELETE FROM objects WHERE oid = ?", raws),
+            "removing packed objects",
+            CorruptObject,
+        )
+
+    def loosen(self, oid: str) -> None:
+        """Give a packed object a row that keeps its recorded write time (see
+        ``loosen_many``)."""
+        self.loosen_many([oid])
+
+    def loosen_many(self, oids: Iterable[str]) -> None:
+        """Give packed objects rows that keep their recorded write times, in one
+        transaction (gc does this before dropping a pack, so no object vanishes before
+        its referrers). A row that exists already is left as it is."""
+        rows = []
+        for oid in oids:
+            data, when = self.canonical(oid)
+            kind, body = parse_canonical(oid, data)
+            rows.append((bytes.fromhex(oid), when * 10**6, self.codec.compress(kind, body)))
+        if rows:
+            self.db.write(
+                lambda conn: conn.executemany(
+                    "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
+                    "ON CONFLICT (oid) DO NOTHING",
+                    rows,
+                ),
+                "copying packed objects",
+                CorruptObject,
+            )
+
+    def gc_start(self) -> int:
+        """The moment a gc starts, in the clock of row times (microseconds), read while
+        holding the database's write lock: every commit stamped earlier has committed
+        (so the refs gc reads next show it), and every later commit is stamped later."""
+        return self.db.write(lambda conn: now_micros(), "starting gc", CorruptObject)
+
+    def sweep_rows(
+        self, garbage: Iterable[str], before: int, since: int, keep: Iterable[str] = ()
+    ) -> set[str]:
+        """Delete the rows of ``garbage`` (objects a gc that started at ``since`` found
+        unreachable; see the module docstring) in one transaction, except rows written at
+        or after ``before`` (gc's cutoff: its start, or the end of its grace period if
+        earlier) and everything that a row written since ``since``, or an object of
+        ``keep``, references through other garbage. Returns the garbage kept."""
+        doomed = {bytes.fromhex(oid) for oid in garbage}
+        roots = [bytes.fromhex(oid) for oid in keep]
+
+        def work(conn: sqlite3.Connection) -> set[bytes]:
+            times = {
+                raw: written
+                for raw, written in conn.execute("SELECT oid, written FROM objects")
+                if isinstance(raw, bytes) and isinstance(written, int)
+            }
+            stack = [raw for raw, written in times.items() if written >= since]
+            stack += [raw for raw in doomed if times.get(raw, -1) >= before]  # too young
+            stack += roots
+            visited: set[bytes] = set()
+            while stack:
+                raw = stack.pop()
+                if raw in visited:
+                    continue
+                visited.add(raw)
+                for ref in self._references(conn, raw):
+                    if ref in doomed and ref not in visited:
+                        stack.append(ref)
+            kept = {raw for raw in doomed & visited if raw in times}
+            for raw in doomed - visited:
+                if raw in times:
+                    conn.execute("DELETE FROM objects WHERE oid = ? AND written < ?", (raw, before))
+            return kept
+
+        kept = self.db.write(work, "deleting objects", CorruptObject)
+        return {raw.hex() for raw in kept}
+
+    def packed_only_reached_from_young_rows(
+        self, conn: sqlite3.Connection, since: int, packs: Sequence[LocalPack]
+    ) -> set[str]:
+        """The names of those ``packs`` that hold the only copy of an object a row written
+        at or after ``since`` reaches, through other such objects (so retiring them now
+        would leave a young row referencing nothing). Read in the caller's transaction."""
+        leaving = {pack.name for pack in packs}
+        young = [
+            raw
+            for raw, written in conn.execute("SELECT oid, written FROM objects")
+            if isinstance(written, int) and written >= since and isinstance(raw, bytes)
+        ]
+        every_pack = self.packs()
+        needed: set[str] = set()
+        visited: set[bytes] = set(young)
+        stack = list(young)
+        while stack:
+            for ref in self._references(conn, stack.pop()):
+                if ref in visited:
+                    continue
+                visited.add(ref)
+                if conn.execute("SELECT 1 FROM objects WHERE oid = ?", (ref,)).fetchone():
+                    continue  # it has a row: it stays (and the row rule covers it)
+                holders = {p.name for p in every_pack if p.index.position(ref) >= 0}
+                if holders and holders <= leaving:
+                    needed |= holders
+                    stack.append(ref)
+        return needed
+
+    def _references(self, conn: sqlite3.Connection, raw: bytes) -> list[bytes]:
+        """The oids an object references (read from its row, or its pack); none if it is
+        a blob, absent or damaged (damage is fsck's to report)."""
+        oid = raw.hex()
+        try:
+            found = conn.execute(_READ_ROW, (self.codec.max_frame_size + 1, raw)).fetchone()
+            if found is not None and isinstance(found[0], bytes):
+                kind, body = self.codec.decode(oid, found[0])
+            else:
+                located = self._locate(oid)
+                if located is None:
+                    return []
+                pack, position = located
+                kind, body = parse_canonical(oid, pack.canonical_at(position))
+            if kind is Kind.BLOB:
+                return []
+            return [bytes.fromhex(ref) for ref, _ in typed_references(kind, body, oid)]
+        except (JournalError, OSError, ValueError):
+            return []
+
+    def spend_reserve(self) -> None:
+        """Make room for gc on a full disk: delete the reserve file (space set aside so
+        that the database can always write a little), then fold the WAL into the database
+        and truncate it (which frees the WAL's own space). gc calls this before it starts
+        and ``keep_reserve`` when it is done."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / RESERVE_FILE)
+        with contextlib.suppress(sqlite3.Error):
+            self.db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def keep_reserve(self) -> None:
+        """Set the reserve aside again (see ``ensure_reserve``)."""
+        ensure_reserve(self.root)
+
+    def release_space(self) -> None:
+        """Give the pages of deleted rows back to the file system (after pack or gc):
+        an incremental vacuum (the database is created with ``auto_vacuum=INCREMENTAL``;
+        it moves pages in place and needs no copy of the file), then a checkpoint that
+        empties and truncates the WAL. Best effort: on a full disk or a busy store it
+        leaves things as they are (the free pages are reused by later writes)."""
+        conn = self.db.connection()
+        with contextlib.suppress(sqlite3.Error):
+            if conn.execute("PRAGMA freelist_count").fetchone()[0]:
+                conn.execute("PRAGMA incremental_vacuum").fetchall()
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        self.keep_reserve()
+
+    def canonical(self, oid: str) -> tuple[bytes, int]:
+        """The verified canonical form of an object, from its first intact copy, and
+        when that copy was last written (unix seconds)."""
+        return self._intact_copy(oid, None)
+
+    def _intact_copy(self, oid: str, first_error: JournalError | None) -> tuple[bytes, int]:
+        """The canonical form from any intact copy (every pack holding ``oid``, then its
+        row) and that copy's write time. A damaged copy is skipped (fsck reports it); if
+        none is intact the first error is raised, ObjectNotFound if none exists."""
+        for pack in self.packs():
+            position = pack.position(oid)
+            if position >= 0:
+                try:
+                    data = pack.canonical_at(position)
+                    parse_canonical(oid, data)
+                    return data, max(pack.time_at(position), pack.file_time())
+                except CorruptObject as exc:
+                    first_error = first_error or exc
+        try:
+            frame = self._read_row(oid)
+            written = self.row_time(oid)
+            if frame is not None and written is not None:
+                kind, body = self.codec.decode(oid, frame)
+                return canonical_form(kind, body), written // 10**6
+        except JournalError as exc:
+            first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        raise ObjectNotFound(f"object {oid} not found")
+
+    # -- protocol -----------------------------------------------------------------------
+
+    def write_guard(self) -> contextlib.AbstractContextManager[None]:
+        """Shared hold on the writers' lock (a pruning gc waits for it, see locks)."""
+        return self.writers.shared()
+
+    def put_many(self, items: Sequence[tuple[Kind, bytes]]) -> list[str]:
+        for _, body in items:
+            self.codec.check_size(body)
+        oids = [object_id(kind, body) for kind, body in items]
+        if len(items) >= PACK_THRESHOLD:
+            new = []
+            for oid, (kind, body) in zip(oids, items, strict=True):
+                pack = self._find_in_packs(oid)
+                if pack is None:
+                    new.append((oid, kind, body))
+                else:
+                    self._freshen_pack(pack)
+            if len(new) >= PACK_THRESHOLD:
+                self._write_batch_pack(new)
+                return oids
+            items = [(kind, body) for _, kind, body in new]
+            oids_new = [oid for oid, _, _ in new]
+        else:
+            oids_new = oids
+        rows = [
+            (bytes.fromhex(oid), self.codec.compress(kind, body))
+            for oid, (kind, body) in zip(oids_new, items, strict=True)
+        ]
+        if rows:
+            self.committer.submit(Change(rows=rows, what="writing objects"))
+        return oids
+
+    def _write_batch_pack(self, new: list[tuple[str, Kind, bytes]]) -> None:
+        with storage_errors("writing objects"):
+            self.packs_dir.mkdir(exist_ok=True)
+            write_pack(
+                self.packs_dir,
+                (PackedObject(oid, canonical_form(kind, body)) for oid, kind, body in new),
+                self.durable,
+            )
+            self.refresh_packs()
+            self.merge_batch_packs()
+
+    def store_new(self, objects: Sequence[NewObject]) -> None:
+        """Store objects under the oids the caller computed (no second hash)."""
+        if objects:
+            self.committer.submit(Change(rows=self.rows_of(objects), what="writing objects"))
+
+    def rows_of(self, objects: Sequence[NewObject]) -> list[tuple[bytes, bytes]]:
+        """``(raw oid, frame)`` rows for objects (sizes checked first)."""
+        for obj in objects:
+            self.codec.check_size(obj.body)
+        compress = self.codec.compress
+        return [(bytes.fromhex(obj.oid), compress(obj.kind, obj.body)) for obj in objects]
+
+    def freshen(self, oids: Iterable[str]) -> set[str]:
+        """Make every object a young row: an existing row has its ``written`` time raised,
+        a packed object gets a row copy written now (so gc's rule protects it, and what it
+        references, exactly as if a commit had written it); return the oids stored
+        nowhere."""
+        wanted = [oid for oid in dict.fromkeys(oids) if is_oid(oid)]
+        if not wanted:
+            return set()
+        copies: dict[bytes, bytes] = {}
+        missing: set[str] = set()
+
+        def raise_times(conn: sqlite3.Connection) -> list[str]:
+            now = now_micros()
+            return [
+                oid
+                for oid in wanted
+                if conn.execute(
+                    "UPDATE objects SET written = max(?, written + 1) WHERE oid = ?",
+                    (now, bytes.fromhex(oid)),
+                ).rowcount
+                == 0
+            ]
+
+        for oid in self.db.write(raise_times, "freshening objects", CorruptObject):
+            located = self._locate(oid)
+            if located is None and self.refresh_packs():
+                located = self._locate(oid)
+            if located is None:
+                missing.add(oid)
+                continue
+            pack, position = located
+            with storage_errors("reading an object"):
+                kind, body = parse_canonical(oid, pack.canonical_at(position))
+            copies[bytes.fromhex(oid)] = self.codec.compress(kind, body)
+        if copies:
+            self.committer.submit(Change(rows=list(copies.items()), what="freshening objects"))
+        return missing
+
+    def object_time(self, oid: str) -> int | None:
+        """When an object was last written or freshened (unix seconds), None if absent."""
+        written = self.row_time(oid)
+        newest = None if written is None else written // 10**6
+        for pack in self.packs():
+            position = pack.position(oid)
+            if position >= 0:
+                when = max(pack.time_at(position), pack.file_time())
+                newest = when if newest is None else max(newest, when)
+        return newest
 
     def get(self, oid: str) -> tuple[Kind, bytes]:
         require_oid(oid)
-        with storage_errors("reading an object"):
-            for attempt in range(2):
-                located = self._locate(oid)
-                if located is not None:
-                    pack, position = located
-                    try:
-                        return parse_canonical(oid, pack.canonical_at(position))
-                    except CorruptObject as exc:  # another copy may be intact
-                        return parse_canonical(oid, self._intact_copy(oid, exc)[0])
+        for attempt in range(2):
+            located = self._locate(oid)
+            if located is not None:
+                pack, position = located
                 try:
-                    found = self._read_loose(oid)
-                except JournalError as exc:
+                    with storage_errors("reading an object"):
+                        return parse_canonical(oid, pack.canonical_at(position))
+                except CorruptObject as exc:  # another copy may be intact
                     return parse_canonical(oid, self._intact_copy(oid, exc)[0])
-                if found is not None:
-                    return found
-                if attempt == 0 and not self.refresh_packs():
-                    break
+            try:
+                frame = self._read_row(oid)
+                if frame is not None:
+                    return self.codec.decode(oid, frame)
+            except CorruptObject as exc:
+                return parse_canonical(oid, self._intact_copy(oid, exc)[0])
+            if attempt == 0 and not self.refresh_packs():
+                break
         raise ObjectNotFound(f"object {oid} not found")
 
     def has(self, oid: str) -> bool:
         if not is_oid(oid):
             return False
-        if self._find_in_packs(oid) is not None or os.path.exists(self.loose_path(oid)):
+        if self._find_in_packs(oid) is not None:
+            return True
+        if self.db.row(
+            "SELECT 1 FROM objects WHERE oid = ?", (bytes.fromhex(oid),), "looking up an object"
+        ):
             return True
         return self.refresh_packs() and self._find_in_packs(oid) is not None
 
@@ -435,33 +677,85 @@ class LocalObjectStore(ObjectStore):
                 if oid not in seen:
                     seen.add(oid)
                     yield oid
-        for oid, _ in self.iter_loose():
+        for oid, _, _ in self.iter_rows():
             if oid not in seen:
                 seen.add(oid)
                 yield oid
 
     def oids_with_prefix(self, prefix: str) -> list[str]:
-        """Sorted oids starting with ``prefix`` (at least two hex digits read one directory)."""
-        if len(prefix) < 2:
+        """Sorted oids starting with ``prefix`` (an index range in the database)."""
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix) or len(prefix) > 64:
             return super().oids_with_prefix(prefix)
         found: set[str] = set()
-        for pack in self.packs():
-            found.update(pack.oids_with_prefix(prefix))
-        try:
-            names = os.listdir(self.loose_dir / prefix[:2])
-        except FileNotFoundError:
-            names = []
-        found.update(
-            prefix[:2] + n
-            for n in names
-            if (prefix[:2] + n).startswith(prefix) and is_oid(prefix[:2] + n)
+        if len(prefix) >= 2:
+            for pack in self.packs():
+                found.update(pack.oids_with_prefix(prefix))
+        else:
+            found.update(oid for pack in self.packs() for oid in pack.iter_oids())
+            found = {oid for oid in found if oid.startswith(prefix)}
+        low, high = _hex_range(prefix)
+        sql, params = (
+            "SELECT oid FROM objects WHERE oid >= ?",
+            (low, *(() if high is None else (high,))),
         )
+        if high is not None:
+            sql += " AND oid < ?"
+        for (raw,) in self.db.rows(sql, params, "listing objects", CorruptObject):
+            if isinstance(raw, bytes) and len(raw) == 32:
+                found.add(raw.hex())
         return sorted(found)
 
     def delete(self, oid: str) -> None:
-        """Remove the loose copy of an object (packed copies go when gc rewrites packs)."""
-        with storage_errors("deleting an object"), contextlib.suppress(FileNotFoundError):
-            os.unlink(self.loose_path(oid))
+        """Remove the row of an object (packed copies go when gc rewrites packs)."""
+        if not is_oid(oid):
+            return
+        raw = bytes.fromhex(oid)
+        self.db.write(
+            lambda conn: conn.execute("DELETE FROM objects WHERE oid = ?", (raw,)),
+            "deleting an object",
+            CorruptObject,
+        )
+
+    def usage(self) -> dict[str, int]:
+        """Objects and bytes on disk: rows (their frames), the database files, packs."""
+        found = self.db.row(
+            "SELECT count(*), coalesce(sum(length(frame)), 0) FROM objects",
+            what="measuring the store",
+            damaged=CorruptObject,
+        )
+        rows, row_bytes = found if found is not None else (0, 0)
+        packs = self.packs()
+        pack_bytes = index_bytes = 0
+        for pack in packs:
+            with contextlib.suppress(FileNotFoundError):
+                pack_bytes += os.stat(pack.pack_path).st_size
+                index_bytes += os.stat(pack.index_path).st_size
+        files = disk = 0
+        database = {"": 0, "-wal": 0, "-shm": 0}
+        for suffix in database:
+            with contextlib.suppress(FileNotFoundError):
+                database[suffix] = os.stat(f"{self.db.path}{suffix}").st_size
+        for directory, _dirs, names in os.walk(self.root):
+            for name in [".", *names]:
+                with contextlib.suppress(FileNotFoundError):
+                    stat = os.lstat(os.path.join(directory, name))
+                    files += stat.st_size if name != "." else 0
+                    disk += stat.st_blocks * 512
+        return {
+            "loose_objects": int(rows) if isinstance(rows, int) else 0,
+            "loose_bytes": int(row_bytes) if isinstance(row_bytes, int) else 0,
+            "packs": len(packs),
+            "packed_objects": sum(pack.count for pack in packs),
+            "packed_bytes": pack_bytes + index_bytes,
+            "pack_data_bytes": pack_bytes,
+            "pack_index_bytes": index_bytes,
+            "database_bytes": database[""],
+            "wal_bytes": database["-wal"],
+            "shm_bytes": database["-shm"],
+            "reserve_bytes": _size(self.root / RESERVE_FILE),
+            "file_bytes": files,
+            "disk_bytes": disk,
+        }
 
     def close(self) -> None:
         """Unmap every pack."""
@@ -470,31 +764,3 @@ class LocalObjectStore(ObjectStore):
                 pack.close()
             self._packs.clear()
             self._packs_stamp = None
-
-
-def read_loose_file(path: str, limit: int) -> tuple[bytes, int]:
-    """A loose file's bytes and mtime (unix seconds). Reads at most ``limit + 1`` bytes,
-    so the decoder refuses an oversized file without it being read whole, and sizes the
-    read from the file instead of allocating ``limit`` bytes for every small object."""
-    fd = open_regular(path, "object file")
-    try:
-        stat = os.fstat(fd)
-        remaining = min(stat.st_size, limit + 1)
-        chunks = []
-        while remaining > 0:
-            chunk = os.read(fd, remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks), int(stat.st_mtime)
-    finally:
-        os.close(fd)
-
-
-def verify_loose_file(oid: str, path: Path, codec: ObjectCodec) -> None:
-    """Decode and verify one loose file (fsck); raise CorruptObject if it is damaged."""
-    frame, _ = read_loose_file(str(path), codec.max_frame_size)
-    if not frame:
-        raise CorruptObject("loose object file is empty", oid)
-    codec.decode(oid, frame)

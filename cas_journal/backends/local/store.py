@@ -1,43 +1,89 @@
 """The embedded local store: a directory, no server.
 
-Layout (git-like, inspectable)::
+Layout (format 2)::
 
-    FORMAT                 "cas-journal <version>"; a newer version is refused on open
-    objects/ab/cdef...     loose objects, one zstd frame per file
+    FORMAT                 "cas-journal 2"; a newer version is refused on open
+    store.db               SQLite database (WAL mode): refs, reflog, objects not yet packed
+    store.db-wal, -shm     SQLite's write-ahead log and its index (part of the data)
     packs/pack-*.pack|idx  packed objects and their index
-    refs/<namespace>/...   one file per ref holding its value
-    logs/<namespace>/...   one append-only reflog per ref
-    locks/00..ff           lock files for ref updates (flock; never stale)
+
+A store of format 1 (a file per loose object, per ref and per reflog) is migrated on
+open (``migration``). A commit (objects, one compare-and-swap, its reflog row and the
+listing-index updates) is one database transaction; concurrent commits of one process
+share one transaction, and with it one fsync (``commits.Committer``). ``durable=True``
+syncs every commit (``synchronous=FULL``); ``durable=False`` survives a killed process,
+not a power loss (``synchronous=NORMAL``). The store's two locks are described in
+``locks``; SQLite's own locks die with their process.
+
+``read_only=True`` opens an existing store for commands that only read (fsck, a dry-run
+gc): nothing is created, migrated or written (a write raises StorageError).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import stat
+from collections.abc import Sequence
 from pathlib import Path
 
-from ...errors import StoreFormatError
+from ...errors import StorageError, StoreFormatError
+from ...names import split_ref_name
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
-from ..base import Capabilities, Store
+from ..base import Capabilities, IndexUpdate, NewObject, RefUpdate, Store, check_ref_value
+from .commits import Change, Committer
 from .copies import LocalStoredCopies
-from .fsutil import atomic_replace, storage_errors
-from .objects import LocalObjectStore
+from .database import DATABASE_FILE, Database, check_schema, create_database, database_errors
+from .fsutil import fsync_dir, storage_errors, temp_name, write_new_file
+from .locks import WritersLock
+from .objects import LocalObjectStore, ensure_reserve
 from .refs import LocalRefStore
 
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_FORMAT_LINE = re.compile(rb"cas-journal ([1-9][0-9]{0,8})\n?")
+PACKS_DIR = "packs"
+_INIT_LEFTOVERS = (
+    PACKS_DIR,
+    DATABASE_FILE,
+    f"{DATABASE_FILE}-wal",
+    f"{DATABASE_FILE}-shm",
+    "reserve",
+)
 
 
 def read_format_version(root: Path) -> int | None:
     """The store format version recorded in ``root``, or None if there is no store."""
     try:
-        text = (root / FORMAT_FILE).read_text("utf-8", errors="replace")
+        with open(root / FORMAT_FILE, "rb") as f:
+            text = f.read(64)
     except FileNotFoundError:
         return None
-    name, _, version = text.strip().partition(" ")
-    if name != FORMAT_NAME or not version.isdigit():
+    except IsADirectoryError as exc:
+        raise StoreFormatError(f"{root} has a directory where its {FORMAT_FILE} belongs") from exc
+    found = _FORMAT_LINE.fullmatch(text)
+    if found is None:
         raise StoreFormatError(f"{root} has an unreadable {FORMAT_FILE} file: {text[:60]!r}")
-    return int(version)
+    return int(found.group(1))
+
+
+def check_database_files(root: Path) -> None:
+    """Refuse to open a database whose file, WAL or WAL index is anything but a regular
+    file in the store (a FIFO would block SQLite forever, a symlink would lead out of the
+    store): StorageError."""
+    for suffix in ("", "-wal", "-shm"):
+        path = root / f"{DATABASE_FILE}{suffix}"
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise StorageError(f"{path} is a symlink; refused")
+        if not stat.S_ISREG(mode):
+            raise StorageError(f"{path} is not a regular file; refused")
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
@@ -45,28 +91,80 @@ def is_store(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / FORMAT_FILE).is_file()
 
 
-_LAYOUT = ("objects", "packs", "refs", "logs", "locks")
+def write_format(root: Path, version: int, replace: bool) -> None:
+    """Publish ``FORMAT`` (synced, then renamed or linked into place; the directory is
+    synced). ``replace=False`` never overwrites an existing file (first creation)."""
+    tmp = temp_name(root, "format-")
+    write_new_file(tmp, f"{FORMAT_NAME} {version}\n".encode(), durable=True, mode=0o444)
+    try:
+        if replace:
+            os.replace(tmp, root / FORMAT_FILE)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, root / FORMAT_FILE)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(root)
 
 
 def _interrupted_init(root: Path) -> bool:
     """True if ``root`` is empty or holds only what an interrupted init leaves behind:
-    empty layout directories and temp files (the FORMAT file is written last)."""
+    an empty packs directory, a database nothing points at yet, temp files (the FORMAT
+    file is written last)."""
     with os.scandir(root) as entries:
         for entry in entries:
             if entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False):
                 continue
-            if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
+            if entry.name == PACKS_DIR and entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as inside:
+                    if next(inside, None) is None:
+                        continue
                 return False
-            with os.scandir(entry.path) as inside:
-                if next(inside, None) is not None:
-                    return False
+            if entry.name in _INIT_LEFTOVERS and entry.is_file(follow_symlinks=False):
+                continue
+            return False
     return True
+
+
+def create_store(root: Path) -> None:
+    """Create an empty format-2 store in ``root`` (made if missing, else empty or left by
+    an interrupted init). Concurrent creators are serialised by an flock on ``root``; the
+    FORMAT file is published last, so a crash at any point leaves a directory that the
+    next attempt accepts."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if read_format_version(root) is not None:
+            return  # another process created it meanwhile
+        if not _interrupted_init(root):
+            raise StoreFormatError(f"{root} is not empty and holds no cas-journal store")
+        for leftover in _INIT_LEFTOVERS[1:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(root / leftover)
+        (root / PACKS_DIR).mkdir(exist_ok=True)
+        tmp = Path(temp_name(root, "db-"))
+        try:
+            with database_errors(f"creating store {root}"):
+                create_database(tmp)
+            os.rename(tmp, root / DATABASE_FILE)
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{tmp}{suffix}")
+        fsync_dir(root)
+        ensure_reserve(root)
+        write_format(root, FORMAT_VERSION, replace=False)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class LocalStore(Store):
     """A store in a local directory (created if missing unless ``create=False``)."""
 
-    capabilities = Capabilities(object_times=True, stored_copies=True)
+    capabilities = Capabilities(atomic_commit=True, object_times=True, stored_copies=True)
 
     def __init__(
         self,
@@ -74,38 +172,73 @@ class LocalStore(Store):
         durable: bool = True,
         max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.root = Path(path)
         self.durable = durable
+        self.read_only = read_only
         self.url = str(self.root)
         with storage_errors(f"opening store {self.root}"):
             version = read_format_version(self.root)
             if version is None:
-                if not create:
+                if not create or read_only:
                     raise StoreFormatError(
                         f"no cas-journal store at {self.root} (create one with 'cas-journal init')"
                     )
-                if self.root.exists() and not _interrupted_init(self.root):
-                    raise StoreFormatError(
-                        f"{self.root} is not empty and holds no cas-journal store"
-                    )
-                self.root.mkdir(parents=True, exist_ok=True)
-                for sub in _LAYOUT:
-                    (self.root / sub).mkdir(exist_ok=True)
-                atomic_replace(
-                    self.root / FORMAT_FILE, f"{FORMAT_NAME} {FORMAT_VERSION}\n".encode(), durable
-                )
-            elif version > FORMAT_VERSION:
+                if self.root.exists() and not self.root.is_dir():
+                    raise StoreFormatError(f"{self.root} is a file, not a store directory")
+                create_store(self.root)
+                version = read_format_version(self.root)
+            if version is not None and version > FORMAT_VERSION:
                 raise StoreFormatError(
                     f"store {self.root} has format {version}; this cas-journal reads up to "
                     f"{FORMAT_VERSION}. Upgrade cas-journal to open it."
                 )
+            if version is not None and version < FORMAT_VERSION:
+                if read_only:
+                    raise StoreFormatError(
+                        f"store {self.root} has format {version} and must be upgraded once: "
+                        "open it writable (any command that writes does it)"
+                    )
+                from .migration import migrate
+
+                migrate(self.root, max_object_size)
+            elif not read_only:
+                from .migration import remove_leftovers
+
+                remove_leftovers(self.root)
+        check_database_files(self.root)
+        self.db = Database(self.root / DATABASE_FILE, durable, read_only)
+        with database_errors(f"opening store {self.root}", StoreFormatError):
+            check_schema(self.db.connection(), self.db.path)
+        self.committer = Committer(self.db)
+        self.writers = WritersLock(self.root)
         codec = ObjectCodec(max_object_size=max_object_size)
-        self.objects: LocalObjectStore = LocalObjectStore(self.root, codec, durable)
+        self.objects: LocalObjectStore = LocalObjectStore(
+            self.root, codec, durable, self.db, self.committer, self.writers
+        )
+        self.refs: LocalRefStore = LocalRefStore(self.db, self.committer)
         self.stored_copies: LocalStoredCopies = LocalStoredCopies(self.objects)
-        self.refs: LocalRefStore = LocalRefStore(self.root, durable)
+
+    def commit(
+        self,
+        objects: Sequence[NewObject],
+        swap: RefUpdate,
+        index: Sequence[IndexUpdate] = (),
+    ) -> bool:
+        """Objects, the compare-and-swap, its reflog row and the index updates in one
+        transaction (shared with other threads' commits); False if the swap lost."""
+        split_ref_name(swap.name)
+        check_ref_value(swap.new)
+        for update in index:
+            split_ref_name(update.name)
+            check_ref_value(update.value)
+        change = Change(self.objects.rows_of(objects), swap, index, f"updating {swap.name!r}")
+        return self.committer.submit(change)
 
     def close(self) -> None:
-        """Unmap packs and close lock files."""
+        """Close the database connections and unmap packs."""
         self.objects.close()
         self.refs.close()
+        self.db.close()
+        self.writers.close()

@@ -1,0 +1,180 @@
+"""Changes to the local store's database, and the group committer that applies them.
+
+A Change is what one call wants written at once: object rows (raw oid and zstd frame),
+at most one compare-and-swap of a ref (with its reflog row) and index-ref updates. It
+is applied inside a write transaction in this order: the compare-and-swap first (one
+statement whose row count says whether the ref held the expected value; if not, the
+change writes nothing and its result is False), then the object rows, the reflog row
+and the index updates. An object row is an upsert: a new oid is inserted, an existing
+one only has its ``written`` time raised (to now, and always by at least one
+microsecond, so that gc can tell that a row was touched after it looked; see
+``objects.py``). Nothing probes for existence first and nothing looks at the packs: an
+object that is also packed simply has two copies until the next ``pack``.
+
+Group commit: every change of a process goes through one ``Committer``. A caller queues
+its change and takes the leader lock; if a previous leader already applied the change,
+it returns that result at once; otherwise it becomes the leader, takes every change
+queued so far (its own included) and applies them in queue order in ONE transaction,
+so concurrent durable commits of one process share one fsync. Each change keeps its own
+result: a lost compare-and-swap fails only that change, and a later change in the same
+transaction sees the effects of the earlier ones. If the transaction fails, each change
+of the group is retried alone, so every caller gets its own error.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ...errors import JournalError, StorageError
+from ..base import IndexUpdate, RefUpdate
+from .database import Database
+
+INSERT_OBJECT = (
+    "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
+    "ON CONFLICT (oid) DO UPDATE SET written = max(excluded.written, objects.written + 1)"
+)
+_INSERT_REF = "INSERT INTO refs (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"
+_UPDATE_REF = "UPDATE refs SET value = ? WHERE name = ? AND value = ?"
+_DELETE_REF = "DELETE FROM refs WHERE name = ? AND value = ?"
+_READ_REF = "SELECT value FROM refs WHERE name = ?"
+_SET_INDEX = (
+    "INSERT INTO refs (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+_REMOVE_INDEX = "DELETE FROM refs WHERE name = ?"
+_LOG = "INSERT INTO reflog (name, old, new, time, reason) VALUES (?, ?, ?, ?, ?)"
+
+
+def now_micros() -> int:
+    """Wall-clock time in microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+@dataclass(slots=True)
+class Change:
+    """One caller's writes, applied together (see the module docstring)."""
+
+    rows: Sequence[tuple[bytes, bytes]] = ()
+    """``(raw 32-byte oid, zstd frame)`` of every object to store or freshen."""
+    swap: RefUpdate | None = None
+    index: Sequence[IndexUpdate] = ()
+    what: str = "committing"
+    result: bool = False
+    error: BaseException | None = None
+    done: bool = False
+    stamp: int = field(default=0)
+    """The ``written`` time the transaction gave new rows (microseconds)."""
+
+
+def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
+    name, old, new = swap.name, swap.old, swap.new
+    if old is None and new is None:
+        return conn.execute(_READ_REF, (name,)).fetchone() is None
+    if old is None:
+        return conn.execute(_INSERT_REF, (name, new)).rowcount == 1
+    if new is None:
+        return conn.execute(_DELETE_REF, (name, old)).rowcount == 1
+    if old == new:
+        found = conn.execute(_READ_REF, (name,)).fetchone()
+        return found is not None and found[0] == old
+    return conn.execute(_UPDATE_REF, (new, name, old)).rowcount == 1
+
+
+def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
+    """Apply one change inside the caller's write transaction; False if its swap lost."""
+    swap = change.swap
+    if swap is not None and not _compare_and_swap(conn, swap):
+        return False
+    if change.rows:
+        conn.executemany(INSERT_OBJECT, [(oid, now, frame) for oid, frame in change.rows])
+    if swap is not None and swap.log:
+        conn.execute(_LOG, (swap.name, swap.old, swap.new, now, swap.reason))
+    for update in change.index:
+        if update.value is None:
+            conn.execute(_REMOVE_INDEX, (update.name,))
+        else:
+            conn.execute(_SET_INDEX, (update.name, update.value))
+    return True
+
+
+_ALL: weakref.WeakSet[Committer] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for committer in list(_ALL):
+        committer._reset()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+class Committer:
+    """Applies the changes of every thread of this process, several per transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.transactions = 0
+        """Write transactions run (a measure of how much group commit shared)."""
+        self._reset()
+        _ALL.add(self)
+
+    def _reset(self) -> None:
+        # a child forked while another thread led a group must not inherit held locks
+        self._queue: list[Change] = []
+        self._queue_lock = threading.Lock()
+        self._leader = threading.Lock()
+
+    def submit(self, change: Change) -> bool:
+        """Apply ``change`` (alone or with others queued meanwhile); return its result."""
+        with self._queue_lock:
+            self._queue.append(change)
+        with self._leader:
+            if not change.done:
+                with self._queue_lock:
+                    group, self._queue = self._queue, []
+                self._run(group)
+        if change.error is not None:
+            raise change.error
+        return change.result
+
+    def _run(self, group: list[Change]) -> None:
+        try:
+            self._transaction(group, group[0].what if len(group) == 1 else "committing")
+        except JournalError as exc:
+            if len(group) == 1:
+                _finish(group[0], error=exc)
+                return
+            for change in group:  # each caller gets its own outcome
+                try:
+                    self._transaction([change], change.what)
+                except JournalError as single:
+                    _finish(change, error=single)
+        except BaseException as exc:
+            for change in group:
+                if not change.done:
+                    _finish(change, error=StorageError(f"{change.what} was interrupted"))
+            raise exc
+
+    def _transaction(self, group: list[Change], what: str) -> None:
+        def work(conn: sqlite3.Connection) -> list[bool]:
+            now = now_micros()
+            for change in group:
+                change.stamp = now
+            return [apply_change(conn, change, now) for change in group]
+
+        results = self.db.write(work, what)
+        self.transactions += 1
+        for change, result in zip(group, results, strict=True):
+            _finish(change, result=result)
+
+
+def _finish(change: Change, result: bool = False, error: BaseException | None = None) -> None:
+    change.result = result
+    change.error = error
+    change.done = True

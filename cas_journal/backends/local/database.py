@@ -1,0 +1,340 @@
+"""The local store's SQLite database: schema, one connection per thread, transactions, errors.
+
+File ``store.db`` (stdlib ``sqlite3``, WAL mode) holds three tables::
+
+    refs     (name TEXT PRIMARY KEY, value TEXT)       every ref: threads/, checkpoints/,
+                                                        threadindex/, leases/ ...
+    reflog   (seq INTEGER PRIMARY KEY, name, old, new,  one row per logged update, in order;
+              time, reason), index (name, seq)          old/new NULL = absent, time in
+                                                        microseconds since the epoch (UTC)
+    objects  (oid BLOB UNIQUE, written INTEGER,         objects not yet packed: the raw
+              frame BLOB)                               32-byte oid, when the row was last
+                                                        written or freshened (microseconds),
+                                                        and the same zstd frame a loose file
+                                                        of format 1 held
+
+``PRAGMA application_id`` marks the file as ours and ``user_version`` is the schema
+version. On open the schema is compared with the one above, statement for statement: a
+database that holds anything else (a trigger, a view, another table) is refused, so a
+hostile file cannot run code inside our transactions.
+
+Connections: one per thread (``check_same_thread`` is off only so ``close`` can close them
+all), opened lazily, never shared. ``durable=True`` sets ``synchronous=FULL`` (the WAL is
+synced at every commit), ``durable=False`` ``synchronous=NORMAL`` (a commit survives a
+killed process; the WAL is synced only at checkpoints). A child process made by ``fork``
+never touches its parent's connections (SQLite forbids it): they are kept referenced, so
+that the garbage collector never closes them, and the child opens its own.
+
+Errors: SQLite's busy handler waits up to ``BUSY_TIMEOUT`` seconds for another process's
+write lock; after that, and for every other failure, the caller gets a JournalError with
+one line (``database_errors``): ConflictError when the database stayed locked (nothing of
+the call was applied: another process held the store's write lock all that time, which
+is a lost race for the lock, not a failure of the medium, so retrying later is right),
+StorageError for a full disk, a read-only file system, an I/O error or missing
+permissions, and CorruptRef or CorruptObject (as the caller says) for a damaged file.
+Never a raw ``sqlite3.Error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from ...errors import ConflictError, CorruptRef, JournalError, StorageError, StoreFormatError
+
+DATABASE_FILE = "store.db"
+APPLICATION_ID = 0x434A5354  # "CJST"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT = 30.0
+"""Seconds a statement waits for another process's write lock before giving up."""
+PAGE_SIZE = 4096
+CACHE_KIB = 8192
+"""Page cache per connection (KiB)."""
+WAL_LIMIT = 64 * 1024 * 1024
+"""The WAL is truncated to this size after a checkpoint that emptied it."""
+
+SCHEMA = (
+    (
+        "table",
+        "refs",
+        "CREATE TABLE refs (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID",
+    ),
+    (
+        "table",
+        "reflog",
+        "CREATE TABLE reflog (seq INTEGER PRIMARY KEY, name TEXT NOT NULL, old TEXT, "
+        "new TEXT, time INTEGER NOT NULL, reason TEXT NOT NULL)",
+    ),
+    ("index", "reflog_by_name", "CREATE INDEX reflog_by_name ON reflog (name, seq)"),
+    (
+        "table",
+        "objects",
+        "CREATE TABLE objects (oid BLOB UNIQUE NOT NULL, written INTEGER NOT NULL, "
+        "frame BLOB NOT NULL)",
+    ),
+    ("index", "sqlite_autoindex_objects_1", None),
+)
+"""``(type, name, sql)`` of every schema object, as ``sqlite_master`` lists them."""
+
+T = TypeVar("T")
+
+# -- errors -----------------------------------------------------------------------------
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_STORAGE_REASONS = {
+    sqlite3.SQLITE_FULL: "no space left on device",
+    sqlite3.SQLITE_READONLY: "the database is read-only (read-only file system or file)",
+    sqlite3.SQLITE_IOERR: "input/output error",
+    sqlite3.SQLITE_CANTOPEN: "the database file cannot be opened",
+    sqlite3.SQLITE_PERM: "permission denied",
+    sqlite3.SQLITE_NOMEM: "out of memory",
+    sqlite3.SQLITE_NOLFS: "file too large for this file system",
+    sqlite3.SQLITE_PROTOCOL: "the database's lock protocol failed",
+}
+_DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT})
+
+
+def _primary_code(exc: sqlite3.Error) -> int:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return -1 if code is None else int(code) & 0xFF
+
+
+def translate_error(
+    exc: sqlite3.Error, what: str, damaged: type[JournalError] = CorruptRef
+) -> JournalError:
+    """The JournalError (one line) that a failed SQLite call becomes."""
+    code = _primary_code(exc)
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    if code in _BUSY_CODES:
+        return ConflictError(
+            f"{what} failed: the store stayed locked by another process for "
+            f"{BUSY_TIMEOUT:.0f} s ({name}); nothing was written, try again"
+        )
+    if code in _DAMAGE_CODES:
+        return damaged(f"{what} failed: the database file is damaged ({name}): {exc}")
+    reason = _STORAGE_REASONS.get(code)
+    if reason is None:
+        reason = str(exc).splitlines()[0] if str(exc) else name
+    elif code == sqlite3.SQLITE_IOERR and name != "SQLITE_IOERR":
+        reason = f"{reason} ({name})"
+    return StorageError(f"{what} failed: {reason}")
+
+
+@contextlib.contextmanager
+def database_errors(what: str, damaged: type[JournalError] = CorruptRef) -> Iterator[None]:
+    """Turn any ``sqlite3.Error`` (and OSErrors of the files around it) into a JournalError."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise translate_error(exc, what, damaged) from exc
+
+
+# -- connections ------------------------------------------------------------------------
+
+_OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited: kept alive so they are never closed or used."""
+
+
+def _after_fork_in_child() -> None:
+    for database in list(_OPEN):
+        database._forget_connections()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Database:
+    """The store's database file: a connection per thread and the transactions on it."""
+
+    def __init__(self, path: Path, durable: bool, read_only: bool = False) -> None:
+        self.path = path
+        self.durable = durable
+        self.read_only = read_only
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        _OPEN.add(self)
+
+    # -- connections --------------------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        with database_errors(f"opening {self.path}", StoreFormatError):
+            conn = connect(self.path, self.durable, self.read_only)
+        with self._guard:
+            self._connections.append(conn)
+        return conn
+
+    def _forget_connections(self) -> None:
+        """After fork, in the child: abandon the parent's connections (never close them)."""
+        with contextlib.suppress(Exception):
+            _INHERITED.extend(self._connections)
+        self._connections = []
+        self._local = threading.local()
+        self._guard = threading.Lock()
+
+    def close(self) -> None:
+        """Close every connection opened so far (a later call opens a new one: the
+        store stays usable, as a closed file store did)."""
+        with self._guard:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    # -- statements -----------------------------------------------------------------------
+
+    def rows(
+        self,
+        sql: str,
+        params: tuple[object, ...] = (),
+        what: str = "reading the store",
+        damaged: type[JournalError] = CorruptRef,
+    ) -> list[tuple[object, ...]]:
+        """All rows of one read statement (its own snapshot)."""
+        with database_errors(what, damaged):
+            return self.connection().execute(sql, params).fetchall()
+
+    def row(
+        self,
+        sql: str,
+        params: tuple[object, ...] = (),
+        what: str = "reading the store",
+        damaged: type[JournalError] = CorruptRef,
+    ) -> tuple[object, ...] | None:
+        """The first row of one read statement, or None."""
+        with database_errors(what, damaged):
+            found: tuple[object, ...] | None = self.connection().execute(sql, params).fetchone()
+            return found
+
+    @contextlib.contextmanager
+    def snapshot(self, what: str = "reading the store") -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement inside sees the same committed state."""
+        conn = self.connection()
+        with database_errors(what):
+            conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
+
+    def write(
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        what: str,
+        damaged: type[JournalError] = CorruptRef,
+    ) -> T:
+        """Run ``work`` in one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``)."""
+        if self.read_only:
+            raise StorageError(f"{what} failed: the store was opened read-only")
+        conn = self.connection()
+        with database_errors(what, damaged):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        return result
+
+
+def connect(path: Path, durable: bool, read_only: bool = False) -> sqlite3.Connection:
+    """A configured connection to an existing database file (sqlite3 errors propagate)."""
+    if read_only:
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro&nofollow=1"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
+    else:
+        conn = sqlite3.connect(
+            f"{Path(path).absolute().as_uri()}?mode=rw&nofollow=1",
+            uri=True,
+            timeout=BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    try:
+        conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute("PRAGMA cell_size_check=ON")
+        conn.execute("PRAGMA trusted_schema=OFF")
+        if not read_only:
+            conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def create_database(path: Path) -> None:
+    """Create an empty database with our schema at ``path`` (which must not exist), WAL
+    mode, synced. The caller publishes it (rename) once it is complete."""
+    conn = sqlite3.connect(
+        f"{Path(path).absolute().as_uri()}?mode=rwc", uri=True, isolation_level=None
+    )
+    try:
+        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before any table: lets pack and
+        # gc give freed pages back to the file system without a full VACUUM
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("BEGIN")
+        for _, _, sql in SCHEMA:
+            if sql is not None:
+                conn.execute(sql)
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a database that is not ours or holds anything beyond our schema."""
+    try:
+        application = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        found = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise StoreFormatError(f"{path} is not a readable cas-journal database: {exc}") from exc
+    if application != APPLICATION_ID:
+        raise StoreFormatError(f"{path} is not a cas-journal database")
+    if version != SCHEMA_VERSION:
+        raise StoreFormatError(
+            f"{path} has database schema {version}; this cas-journal reads {SCHEMA_VERSION}"
+        )
+    expected = sorted(SCHEMA, key=lambda item: (item[0], item[1]))
+    if [tuple(row) for row in found] != [tuple(item) for item in expected]:
+        raise StoreFormatError(
+            f"{path} holds tables, indexes or triggers this cas-journal did not create"
+        )
+    if str(mode).lower() != "wal":
+        raise StoreFormatError(f"{path} is not in WAL mode ({mode})")
