@@ -37,9 +37,7 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
             merged["objects"] = doc["objects"]
             parts.append("the object layer")
         replaced = ", ".join(parts)
-        merged.setdefault("reruns", []).append(
-            f"{doc.get('machine', {}).get('time')}: {replaced}"
-        )
+        merged.setdefault("reruns", []).append(f"{doc.get('machine', {}).get('time')}: {replaced}")
     order = {w: i for i, w in enumerate(WORKLOAD_ORDER)}
     merged["runs"] = sorted(runs.values(), key=lambda r: order.get(r["workload"], 9))
     return merged
@@ -47,27 +45,49 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="all",
-                        choices=("all", "objects", "journal", "report", "store"),
-                        help="all (default), objects only, journal workloads only, report, or "
-                             "store (the local store's hot paths beside same-run peers)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="all",
+        choices=("all", "objects", "journal", "report", "store"),
+        help="all (default), objects only, journal workloads only, report, or "
+        "store (the local store's hot paths beside same-run peers)",
+    )
     parser.add_argument("--scale", choices=("small", "full"), default="small")
-    parser.add_argument("--only", default="",
-                        help=f"comma-separated workloads from {','.join(WORKLOAD_ORDER)}")
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated workloads from {','.join(WORKLOAD_ORDER)}"
+    )
     parser.add_argument("--systems", default="", help="comma-separated system names")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output directory (default: bench/ for full, bench/out/small/)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="scratch directory for stores (default: bench/out/data-<time>, "
-                             "on the repository's disk; removed afterwards)")
-    parser.add_argument("--results", default="",
-                        help="report: comma-separated results JSON files; later files replace "
-                             "the same (workload, system) runs of earlier ones")
-    parser.add_argument("--format1", default=None,
-                        help="store: also measure bytes after pack+gc with the cas-journal of "
-                             "this checkout (e.g. a worktree of commit c8186ee, format 1)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: bench/ for full, bench/out/small/)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="scratch directory for stores (default: bench/out/data-<time>, "
+        "on the repository's disk; removed afterwards)",
+    )
+    parser.add_argument(
+        "--results",
+        default="",
+        help="report: comma-separated results JSON files; later files replace "
+        "the same (workload, system) runs of earlier ones",
+    )
+    parser.add_argument(
+        "--format1",
+        default=None,
+        help="store: also measure bytes after pack+gc with the cas-journal of "
+        "this checkout (e.g. a worktree of commit c8186ee, format 1)",
+    )
     args = parser.parse_args(argv)
 
     out = args.out or (BENCH_DIR if args.scale == "full" else BENCH_DIR / "out" / args.scale)
@@ -101,9 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     # a partial run (objects only, --only, --systems) never overwrites the full report
     partial = args.command != "all" or args.only or args.systems
     stem = f"{args.command}-{args.scale}" if partial else args.scale
-    results = run_all(args.scale, data_dir, workloads, systems,
-                      objects=args.command in ("all", "objects"),
-                      partial_file=out / f"results-{stem}.partial.json")
+    results = run_all(
+        args.scale,
+        data_dir,
+        workloads,
+        systems,
+        objects=args.command in ("all", "objects"),
+        partial_file=out / f"results-{stem}.partial.json",
+    )
     (out / f"results-{stem}.partial.json").unlink(missing_ok=True)
     results_file = out / f"results-{stem}.json"
     results_file.write_text(json.dumps(results, indent=1))

@@ -300,7 +300,9 @@ def _kill_after(delay: float) -> None:
 
 
 def _message(content: str) -> cj.Entry:
-    return cj.Entry(type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=content))
+    return cj.Entry(
+        type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=content)
+    )
 
 
 COMMON_PREFIX = [{"role": "system", "content": "You are a careful agent. " * 8}] + [
@@ -402,9 +404,7 @@ class Worker:
         depth = self.model.nodes[parent][1] + 1 if parent else 0
         if entry.parent_id != parent:
             raise AssertionError(f"append parented on {entry.parent_id!r}, expected {parent!r}")
-        self.ack(
-            {"op": "append", "thread": thread_id, "entry": [entry.id, parent, depth, text]}
-        )
+        self.ack({"op": "append", "thread": thread_id, "entry": [entry.id, parent, depth, text]})
 
     def batch(self) -> None:
         thread_id = self.rng.choice(self.model.live_threads())
@@ -460,7 +460,10 @@ class Worker:
             iteration = run.saves[-1][0] + 1
         messages = [
             *base,
-            *({"role": "assistant", "content": self.content(big=False)} for _ in range(self.rng.randrange(0, 4))),
+            *(
+                {"role": "assistant", "content": self.content(big=False)}
+                for _ in range(self.rng.randrange(0, 4))
+            ),
         ]
         fingerprint = digest(messages)
         intent = {
@@ -524,9 +527,7 @@ def child_main(
     try:
         trap = SyscallTrap(kill_at, last, seed)  # kill_at 0: only notes where it is
         trap.install()
-        worker = Worker(
-            store_path, mirror_path, log, model, random.Random(seed), durable, trap
-        )
+        worker = Worker(store_path, mirror_path, log, model, random.Random(seed), durable, trap)
         for _ in range(max_ops):
             worker.step()
     except BaseException:
@@ -652,9 +653,7 @@ def _verify_thread(
     return resolved
 
 
-def _verify_new_thread(
-    j: cj.Journal, model: Model, pending: Record, c: Checker
-) -> Record | None:
+def _verify_new_thread(j: cj.Journal, model: Model, pending: Record, c: Checker) -> Record | None:
     """A thread the in-flight create/fork may or may not have made."""
     thread_id = pending["thread"]
     try:
@@ -672,9 +671,7 @@ def _verify_new_thread(
     return dict(pending)
 
 
-def _verify_runs(
-    j: cj.Journal, model: Model, pending: Record | None, c: Checker
-) -> Record | None:
+def _verify_runs(j: cj.Journal, model: Model, pending: Record | None, c: Checker) -> Record | None:
     resolved: Record | None = None
     names = set(model.runs)
     if pending and pending["op"] in ("ckpt", "ckdel"):
@@ -761,10 +758,14 @@ def verify(
                 and all(p.message.startswith("references missing") for p in report.problems)
             ):
                 c.known.append(KNOWN_GC_SWEEP_ORDER)
-            c.check(report.ok, f"fsck: {[f'{p.subject[:16]} {p.message}' for p in report.problems][:4]}")
+            c.check(
+                report.ok, f"fsck: {[f'{p.subject[:16]} {p.message}' for p in report.problems][:4]}"
+            )
             for thread_id, thread in sorted(model.threads.items()):
                 if thread.deleted:
-                    recreating = pending and pending["op"] == "create" and pending["thread"] == thread_id
+                    recreating = (
+                        pending and pending["op"] == "create" and pending["thread"] == thread_id
+                    )
                     if recreating:
                         continue
                     try:

@@ -115,7 +115,14 @@ def test_four_processes_writing_the_same_objects(tmp_path):
     assert len(rows) == 1000  # one copy of each
     for oid in rows:
         assert store.objects.verify_row(oid) is Kind.BLOB
-    assert {p.name for p in store.root.iterdir()} <= {"FORMAT", "packs", "reserve", "store.db", "store.db-shm", "store.db-wal"}
+    assert {p.name for p in store.root.iterdir()} <= {
+        "FORMAT",
+        "packs",
+        "reserve",
+        "store.db",
+        "store.db-shm",
+        "store.db-wal",
+    }
 
 
 def _hold_until_killed(script: str, root: Path) -> None:
@@ -209,7 +216,15 @@ def test_garbage_format_and_foreign_directories_are_refused(tmp_path):
         LocalStore(tmp_path / "absent", create=False)
     assert not (tmp_path / "absent").exists()
     LocalStore(tmp_path / "s").close()
-    for garbage in ["something else", "cas-journal 0\n", "cas-journal \u00b2\n", "cas-journal \u0661\n", "cas-journal -1", "cas-journal 02", "cas-journal 2\n\n"]:
+    for garbage in [
+        "something else",
+        "cas-journal 0\n",
+        "cas-journal \u00b2\n",
+        "cas-journal \u0661\n",
+        "cas-journal -1",
+        "cas-journal 02",
+        "cas-journal 2\n\n",
+    ]:
         (tmp_path / "s" / "FORMAT").write_text(garbage)
         with pytest.raises(StoreFormatError):
             LocalStore(tmp_path / "s")
@@ -249,7 +264,9 @@ def test_a_commit_is_one_transaction(tmp_path):
     store.db.connection().set_trace_callback(statements.append)
     objects = [new_object(Kind.BLOB, b"payload"), new_object(Kind.ENTRY, b"{}")]
     assert store.commit(
-        objects, RefUpdate("threads/t", None, objects[1].oid, "create"), [IndexUpdate("threadindex/1/t", "1")]
+        objects,
+        RefUpdate("threads/t", None, objects[1].oid, "create"),
+        [IndexUpdate("threadindex/1/t", "1")],
     )
     assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
     assert statements.count("COMMIT") == 1
@@ -364,7 +381,9 @@ def test_concurrent_durable_commits_share_one_transaction(tmp_path):
     changes = []
     for k in range(6):
         blob = new_object(Kind.BLOB, b"writer %d" % k)
-        changes.append(Change(store.objects.rows_of([blob]), RefUpdate(f"threads/w{k}", None, blob.oid)))
+        changes.append(
+            Change(store.objects.rows_of([blob]), RefUpdate(f"threads/w{k}", None, blob.oid))
+        )
     changes.append(Change((), RefUpdate("threads/shared", "0", "1")))
     changes.append(Change((), RefUpdate("threads/shared", "0", "2")))  # loses: 0 is gone by then
     before = store.committer.transactions
@@ -373,7 +392,10 @@ def test_concurrent_durable_commits_share_one_transaction(tmp_path):
     assert results == [True] * 7 + [False]
     assert store.refs.read_ref("threads/shared") == "1"
     for k in range(6):
-        assert store.objects.get(store.refs.read_ref(f"threads/w{k}")) == (Kind.BLOB, b"writer %d" % k)
+        assert store.objects.get(store.refs.read_ref(f"threads/w{k}")) == (
+            Kind.BLOB,
+            b"writer %d" % k,
+        )
     assert len(store.refs.reflog("threads/shared")) == 2
 
 
@@ -445,8 +467,11 @@ def test_a_read_only_open_reads_and_refuses_writes(tmp_path):
 
 
 row_values = st.one_of(
-    st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=False),
-    st.text(max_size=30), st.binary(max_size=30),
+    st.none(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=30),
+    st.binary(max_size=30),
 )
 
 
@@ -473,7 +498,17 @@ def test_any_ref_value_parses_or_is_a_corrupt_ref(value):
         assert not (isinstance(value, str) and value and "\n" not in value and "\r" not in value)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["threads/", "threadindex/", "leases/"]), st.text(min_size=1, max_size=8).filter(lambda t: "\0" not in t)), max_size=12, unique=True), st.text(max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["threads/", "threadindex/", "leases/"]),
+            st.text(min_size=1, max_size=8).filter(lambda t: "\0" not in t),
+        ),
+        max_size=12,
+        unique=True,
+    ),
+    st.text(max_size=6),
+)
 def test_list_refs_matches_a_sorted_filter(tmp_path_factory, names, prefix_tail):
     store = LocalStore(tmp_path_factory.mktemp("s"), durable=False)
     full = sorted({a + b for a, b in names})
@@ -588,7 +623,11 @@ def test_sweep_deletes_unreferenced_garbage_in_one_transaction(tmp_path):
     assert store.objects.missing(garbage) == set(garbage)
     deletes = [i for i, s in enumerate(statements) if s.startswith("DELETE FROM objects")]
     begins = [i for i, s in enumerate(statements) if s.startswith("BEGIN")]
-    assert len(deletes) == 4 and begins[-1] < deletes[0] and "COMMIT" not in statements[deletes[0] : deletes[-1]]
+    assert (
+        len(deletes) == 4
+        and begins[-1] < deletes[0]
+        and "COMMIT" not in statements[deletes[0] : deletes[-1]]
+    )
 
 
 def test_freshening_a_packed_object_makes_it_a_young_row(tmp_path):
@@ -626,11 +665,16 @@ def _checkpoint_commit(store: LocalStore, run_id: str, messages: list[dict], reu
         links.append((blob, NewObject(parent, Kind.MESSAGE, node)))
     objects = [links[reuse - 1][1]] + [o for pair in links[reuse:] for o in pair]
     checkpoint = CheckpointNode(
-        run_id=run_id, created_at=format_time(utc_now()), iteration=1,
-        message_count=len(messages), messages=parent,
+        run_id=run_id,
+        created_at=format_time(utc_now()),
+        iteration=1,
+        message_count=len(messages),
+        messages=parent,
     ).body()
     objects.append(NewObject(object_id(Kind.CHECKPOINT, checkpoint), Kind.CHECKPOINT, checkpoint))
-    assert store.commit(objects, RefUpdate(f"checkpoints/{run_id}", None, objects[-1].oid, "save 1"))
+    assert store.commit(
+        objects, RefUpdate(f"checkpoints/{run_id}", None, objects[-1].oid, "save 1")
+    )
 
 
 def test_a_commit_between_gc_marking_and_sweeping_is_kept(tmp_path):
@@ -713,3 +757,35 @@ def test_a_pack_whose_garbage_a_young_row_reaches_is_not_retired(tmp_path):
     assert store.objects.missing(garbage) == set()
     copies.begin_collection()  # a later gc, once the commit is old news: the pack may go
     assert copies.retire_packs([packed.name], time.time() + 1) == set()
+
+
+def test_get_many_reads_rows_and_packs_in_one_pass_and_falls_back(tmp_path):
+    """get_many answers packed objects pack by pack and rows with one query per chunk:
+    every object verified (packed copies first: a damaged row beside one is not read), a
+    damaged object with no other copy CorruptObject, an absent one ObjectNotFound."""
+    from cas_journal.backends.local import objects as local_objects
+    from cas_journal.errors import ObjectNotFound
+    from cas_journal.maintenance import pack
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    packed = [store.objects.put(Kind.BLOB, b"packed %d" % i) for i in range(30)]
+    pack(store)
+    rows = [store.objects.put(Kind.BLOB, b"row %d" % i) for i in range(1200)]
+    both = packed[3]
+    set_frame(store, both, ObjectCodec().encode(Kind.BLOB, b"packed 3")[1])  # a row copy too
+    corrupt_row(store, both)  # damaged row, intact packed copy
+    corrupt_row(store, rows[7])  # damaged, no other copy
+    statements: list[str] = []
+    conn = store.objects.db.connection()
+    conn.set_trace_callback(statements.append)
+    wanted = packed + [oid for oid in rows if oid != rows[7]]
+    got = {oid: (kind, body) for oid, kind, body in store.objects.get_many(reversed(wanted))}
+    conn.set_trace_callback(None)
+    assert got == {oid: store.objects.get(oid) for oid in wanted}
+    assert got[rows[1199]] == (Kind.BLOB, b"row 1199")
+    selects = [s for s in statements if "FROM objects WHERE oid IN" in s]
+    assert len(selects) == -(-1199 // local_objects._ROWS_PER_QUERY)  # not one per row
+    with pytest.raises(CorruptObject):
+        list(store.objects.get_many([rows[6], rows[7]]))
+    with pytest.raises(ObjectNotFound):
+        list(store.objects.get_many([rows[0], "ab" * 32]))

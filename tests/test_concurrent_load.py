@@ -20,7 +20,9 @@ from cas_journal.maintenance import fsck, gc
 
 
 def test_writers_and_maintenance_lose_nothing(tmp_path: Path) -> None:
-    result = harness.concurrent_load(tmp_path / "load", seconds=12, seed=7, grace=0.5, prune_rate=0.0)
+    result = harness.concurrent_load(
+        tmp_path / "load", seconds=12, seed=7, grace=0.5, prune_rate=0.0
+    )
     print("\n" + result.summary())
     assert result.problems == []
     assert result.maintenance_cycles >= 2  # pack and gc really ran during the load
@@ -30,7 +32,9 @@ def test_writers_and_maintenance_lose_nothing(tmp_path: Path) -> None:
 
 def test_the_load_check_sees_a_lost_entry(tmp_path: Path) -> None:
     """The end-of-run check can fail: an acknowledged entry that is not there is reported."""
-    result = harness.concurrent_load(tmp_path / "load", seconds=1, seed=1, workers=1, prune_rate=0.0)
+    result = harness.concurrent_load(
+        tmp_path / "load", seconds=1, seed=1, workers=1, prune_rate=0.0
+    )
     assert result.problems == []
     acks = harness.AckLog(tmp_path / "load" / "acks-0")
     acks.write({"thread": "shared0", "ids": ["0" * 64], "texts": ["never written"]})
@@ -44,7 +48,13 @@ def test_prune_now_while_a_writer_commits_loses_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s"
     with cj.Journal.open(path, durable=False) as j:
         j.create_thread(cj.ThreadMeta(id="t"))
-        first = j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="kept")))
+        first = j.append(
+            cj.Entry(
+                thread_id="t",
+                type=cj.EntryType.USER_MESSAGE,
+                message=cj.Message(role="user", content="kept"),
+            )
+        )
         other = LocalStore(path, durable=False)  # another process's maintenance
         committer = j.store.committer
         real_submit = committer.submit
@@ -59,7 +69,13 @@ def test_prune_now_while_a_writer_commits_loses_nothing(tmp_path: Path) -> None:
             return real_submit(change)  # type: ignore[arg-type]
 
         committer.submit = submit_after_a_gc  # type: ignore[method-assign]
-        second = j.append(cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="acknowledged")))
+        second = j.append(
+            cj.Entry(
+                thread_id="t",
+                type=cj.EntryType.USER_MESSAGE,
+                message=cj.Message(role="user", content="acknowledged"),
+            )
+        )
         committer.submit = real_submit  # type: ignore[method-assign]
         pruner.join(timeout=60)
         assert ran and not pruner.is_alive()

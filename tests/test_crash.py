@@ -74,8 +74,14 @@ def test_the_verifier_catches_a_lost_entry(tmp_path: Path) -> None:
         j.create_thread(cj.ThreadMeta(id="intruder"))
         if live:
             with j.batch(live[0]) as b:
-                b.append(cj.Entry(type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="x")))
-    problems, _, _ = harness.verify(tmp_path / "s" / "store", tmp_path / "s" / "mirror", tmp_path / "s" / "acks")
+                b.append(
+                    cj.Entry(
+                        type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content="x")
+                    )
+                )
+    problems, _, _ = harness.verify(
+        tmp_path / "s" / "store", tmp_path / "s" / "mirror", tmp_path / "s" / "acks"
+    )
     assert not live or any("unacknowledged" in p for p in problems), problems
     assert any("listed" in p for p in problems), problems
 
@@ -218,7 +224,9 @@ def test_pack_never_removes_a_batch_pack_written_while_it_ran(tmp_path: Path) ->
 def _batch(store: LocalStore, tag: str, size: int = 80) -> list[str]:
     """A put_many of ``size`` objects outside a commit (what sync and import do): one
     batch pack, then a merge of batch packs."""
-    return store.objects.put_many([(Kind.BLOB, b"%s object %d" % (tag.encode(), i)) for i in range(size)])
+    return store.objects.put_many(
+        [(Kind.BLOB, b"%s object %d" % (tag.encode(), i)) for i in range(size)]
+    )
 
 
 def test_a_batch_write_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -> None:

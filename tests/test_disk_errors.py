@@ -29,7 +29,11 @@ from cas_journal.maintenance import fsck, gc, pack, sync
 
 
 def _msg(text: str, thread: str = "t") -> cj.Entry:
-    return cj.Entry(thread_id=thread, type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=text))
+    return cj.Entry(
+        thread_id=thread,
+        type=cj.EntryType.USER_MESSAGE,
+        message=cj.Message(role="user", content=text),
+    )
 
 
 _SQLITE_ERRORS = {
@@ -113,7 +117,9 @@ def _operation(name: str, j: cj.Journal, mirror: Path) -> None:
             for i in range(40):
                 b.append(_msg(f"batch {i}"))
     elif name == "checkpoint":
-        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=2, messages=[{"role": "user", "content": "new"}]))
+        j.checkpoints.save(
+            cj.Checkpoint(run_id="r", iteration=2, messages=[{"role": "user", "content": "new"}])
+        )
     elif name == "fork":
         j.fork("t", new_thread_id="f")
     elif name == "create-store":
@@ -141,8 +147,12 @@ CASES = [(op, errno.ENOSPC) for op in OPERATIONS] + [
 ]
 
 
-@pytest.mark.parametrize(("op", "code"), CASES, ids=[f"{op}-{errno.errorcode[c]}" for op, c in CASES])
-def test_a_failing_write_at_every_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, code: int) -> None:
+@pytest.mark.parametrize(
+    ("op", "code"), CASES, ids=[f"{op}-{errno.errorcode[c]}" for op, c in CASES]
+)
+def test_a_failing_write_at_every_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, code: int
+) -> None:
     template = tmp_path / "template"
     ids, messages = _seed(template)
     unexpected: list[str] = []
@@ -180,7 +190,11 @@ def test_a_failing_write_at_every_point(tmp_path: Path, monkeypatch: pytest.Monk
 def _mount_tmpfs(target: Path, size: str) -> bool:
     target.mkdir()
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)], capture_output=True, timeout=10)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -189,7 +203,9 @@ def _mount_tmpfs(target: Path, size: str) -> bool:
 def test_a_real_full_disk(tmp_path: Path) -> None:
     mount = tmp_path / "tiny"
     if os.geteuid() != 0 or not _mount_tmpfs(mount, "600k"):
-        pytest.skip("mounting a tmpfs is not permitted in this sandbox (needs root and mount rights); the monkeypatch variant above covers ENOSPC")
+        pytest.skip(
+            "mounting a tmpfs is not permitted in this sandbox (needs root and mount rights); the monkeypatch variant above covers ENOSPC"
+        )
     try:
         store = mount / "s"
         acked: list[str] = []
