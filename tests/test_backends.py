@@ -789,3 +789,160 @@ def test_get_many_reads_rows_and_packs_in_one_pass_and_falls_back(tmp_path):
         list(store.objects.get_many([rows[6], rows[7]]))
     with pytest.raises(ObjectNotFound):
         list(store.objects.get_many([rows[0], "ab" * 32]))
+
+
+# -- deleting files under a live store (issue 16 item 1) ----------------------------------
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from cas_journal.backends import LocalStore, RefUpdate, new_object
+from cas_journal.errors import StorageError
+root, tag, count, pause = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+for attempt in range(200):  # opening may fail (one clear error) until the WAL is rescued
+    try:
+        store = LocalStore(root, durable=False, create=False)
+        break
+    except StorageError:
+        time.sleep(0.05)
+acks = open(root.parent / f"acks-{tag}", "a", buffering=1)
+for i in range(count):
+    blob = new_object(Kind.BLOB, b"%s %d" % (tag.encode(), i))
+    try:
+        if store.commit([blob], RefUpdate(f"tests/{tag}-{i}", None, blob.oid, "w")):
+            acks.write(f"{tag}-{i} {blob.oid}\\n")
+    except StorageError as exc:
+        acks.write(f"refused {exc}\\n")
+    time.sleep(pause)
+print("done", flush=True)
+time.sleep(60)  # killed here: never closes the store
+"""
+
+
+def _start_writer(root: Path, tag: str, count: int, pause: float) -> subprocess.Popen[bytes]:
+    script = "from cas_journal.objects import Kind\n" + _WRITER
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(root), tag, str(count), str(pause)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+
+
+def _finish_killed(writer: subprocess.Popen[bytes]) -> None:
+    assert writer.stdout is not None
+    assert writer.stdout.readline().strip() == b"done"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+
+
+def _acknowledged(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    acked: dict[str, str] = {}
+    refused: list[str] = []
+    for path in tmp_path.glob("acks-*"):
+        for line in path.read_text().splitlines():
+            if line.startswith("refused "):
+                refused.append(line)
+            else:
+                name, oid = line.split()
+                acked[name] = oid
+    return acked, refused
+
+
+@pytest.mark.parametrize("victim", ["store.db-wal", "store.db-shm"])
+def test_deleting_the_wal_or_its_index_under_live_writers_loses_no_acknowledged_write(
+    tmp_path, victim
+):
+    """Two writer processes commit while the WAL (or the WAL index, which holds SQLite's
+    locks) is deleted and a third process opens the store afresh and commits: every
+    commit a writer acknowledged before it was killed (never closing the store) is there
+    afterwards, and a writer whose files were replaced refuses instead of acknowledging
+    into a file nobody else sees (or under a lock nobody else takes)."""
+    from cas_journal.maintenance import fsck
+
+    root = tmp_path / "s"
+    LocalStore(root, durable=False).close()
+    first = [_start_writer(root, tag, 40, 0.02) for tag in ("a", "b")]
+    deadline = time.monotonic() + 60
+    while len(_acknowledged(tmp_path)[0]) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # both writers have the files open and have committed
+    (root / victim).unlink()
+    late = _start_writer(root, "c", 20, 0.02)  # opens after the deletion: new files
+    for writer in [*first, late]:
+        _finish_killed(writer)
+    acked, refused = _acknowledged(tmp_path)
+    with LocalStore(root, durable=False, create=False) as store:
+        lost = [name for name, oid in acked.items() if store.refs.read_ref(f"tests/{name}") != oid]
+        assert lost == []
+        for oid in acked.values():
+            assert store.objects.get(oid)[0] is Kind.BLOB
+        assert fsck(store).ok
+    assert len(acked) >= 60
+    assert refused and all("deleted or replaced" in line for line in refused)
+
+
+def test_a_deleted_format_file_never_reinitialises_the_store(tmp_path):
+    """Opening (with create) a store whose FORMAT was deleted refuses and changes nothing:
+    it never takes the database for what an interrupted init left."""
+    from cas_journal.backends import RefUpdate, new_object
+
+    root = tmp_path / "s"
+    store = LocalStore(root, durable=False)
+    blob = new_object(Kind.BLOB, b"kept")
+    assert store.commit([blob], RefUpdate("threads/t", None, blob.oid))
+    store.close()
+    (root / "FORMAT").unlink()
+    with pytest.raises(StoreFormatError, match="FORMAT file is missing"):
+        LocalStore(root, durable=False)
+    (root / "FORMAT").write_text("cas-journal 2\n")
+    with LocalStore(root, durable=False, create=False) as again:
+        assert again.refs.read_ref("threads/t") == blob.oid
+        assert again.objects.get(blob.oid) == (Kind.BLOB, b"kept")
+
+
+def test_deleting_every_other_file_never_lets_gc_past_a_writer(tmp_path):
+    """A writer between storing objects and linking them holds the writers' lock (on the
+    store directory): with every file but the database deleted meanwhile, a pruning gc in
+    another process still waits for it (no lock lives in a file one can delete)."""
+    root = tmp_path / "s"
+    LocalStore(root, durable=False).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sys, time
+                from cas_journal.backends import LocalStore
+                store = LocalStore(sys.argv[1], durable=False)
+                with store.objects.write_guard():
+                    print("locked", flush=True)
+                    time.sleep(60)
+                """
+            ),
+            str(root),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == b"locked"
+        for path in root.rglob("*"):
+            if path.is_file() and not path.name.startswith("store.db") and path.name != "FORMAT":
+                path.unlink()
+        other = LocalStore(root, durable=False, create=False)
+        waited = threading.Event()
+
+        def prune() -> None:
+            with other.writers.exclusive():
+                waited.set()
+
+        pruner = threading.Thread(target=prune, daemon=True)
+        pruner.start()
+        assert not waited.wait(1.0)  # still excluded by the writer
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert waited.wait(30)  # and gets in once the writer is gone
+    pruner.join()
+    other.close()

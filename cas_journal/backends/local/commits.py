@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ...errors import JournalError, StorageError
 from ..base import IndexUpdate, RefUpdate
-from .database import Database
+from .database import Database, FilesReplaced
 
 INSERT_OBJECT = (
     "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
@@ -147,8 +147,9 @@ class Committer:
         try:
             self._transaction(group, group[0].what if len(group) == 1 else "committing")
         except JournalError as exc:
-            if len(group) == 1:
-                _finish(group[0], error=exc)
+            if len(group) == 1 or (isinstance(exc, FilesReplaced) and exc.after_commit):
+                for change in group:  # applied or not: never applied a second time
+                    _finish(change, error=exc)
                 return
             for change in group:  # each caller gets its own outcome
                 try:

@@ -33,6 +33,20 @@ is a lost race for the lock, not a failure of the medium, so retrying later is r
 StorageError for a full disk, a read-only file system, an I/O error or missing
 permissions, and CorruptRef or CorruptObject (as the caller says) for a damaged file.
 Never a raw ``sqlite3.Error``.
+
+Deleted files: SQLite's cross-process locks and its committed-but-not-checkpointed data
+live in ``store.db-shm`` and ``store.db-wal``. A process that opens the store after one of
+them was deleted creates a new one, and with it a second, independent set of locks. So
+each connection records which files (device and inode) its WAL and WAL index are when it
+opens, and every write transaction checks, once it holds the write lock and again after
+COMMIT, that the paths still name them. If not, the write is refused (``FilesReplaced``,
+a StorageError: nothing is acknowledged from a connection whose locks no longer exclude
+anyone); when only the WAL was replaced (the WAL index, and with it the lock, is still
+shared), the connection first checkpoints its WAL into ``store.db``, which saves every
+commit acknowledged before the deletion; then it is closed, and the next call opens a
+connection on the files now in place. ``close`` does the same rescue. Deleting
+``store.db`` itself deletes the store: SQLite refuses writes to a moved or unlinked
+database, and a new process cannot open it.
 """
 
 from __future__ import annotations
@@ -150,6 +164,20 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class FilesReplaced(StorageError):
+    """The WAL or WAL index of a connection was deleted or replaced while it was open:
+    the write was refused (``after_commit``: the check after COMMIT failed, so the write
+    may be in the store; it is not acknowledged and must not be retried blindly)."""
+
+    def __init__(self, message: str, after_commit: bool) -> None:
+        super().__init__(message)
+        self.after_commit = after_commit
+
+
+FileIds = tuple[tuple[int, int] | None, tuple[int, int] | None]
+"""(device, inode) of ``-wal`` and ``-shm`` (None: absent)."""
+
+
 class Database:
     """The store's database file: a connection per thread and the transactions on it."""
 
@@ -159,8 +187,22 @@ class Database:
         self.read_only = read_only
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._files: dict[int, FileIds] = {}
+        """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._guard = threading.Lock()
         _OPEN.add(self)
+
+    def file_ids(self) -> FileIds:
+        """(device, inode) of the WAL and the WAL index now at their paths."""
+        found: list[tuple[int, int] | None] = []
+        for suffix in ("-wal", "-shm"):
+            try:
+                st = os.stat(f"{self.path}{suffix}")
+            except FileNotFoundError:
+                found.append(None)
+            else:
+                found.append((st.st_dev, st.st_ino))
+        return found[0], found[1]
 
     # -- connections --------------------------------------------------------------------
 
@@ -175,9 +217,56 @@ class Database:
     def _open(self) -> sqlite3.Connection:
         with database_errors(f"opening {self.path}", StoreFormatError):
             conn = connect(self.path, self.durable, self.read_only)
+            try:  # a first read opens the WAL and its index: note which files they are
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except BaseException:
+                conn.close()
+                raise
         with self._guard:
             self._connections.append(conn)
+            self._files[id(conn)] = self.file_ids()
         return conn
+
+    def _check_files(self, conn: sqlite3.Connection, what: str, after_commit: bool) -> None:
+        """FilesReplaced if the WAL or WAL index of ``conn`` is no longer at its path
+        (see the module docstring); rescues and drops the connection first."""
+        opened = self._files.get(id(conn))
+        now = self.file_ids()
+        if opened is None or now == opened:
+            return
+        names = [
+            f"{self.path.name}{suffix}"
+            for suffix, was, is_ in zip(("-wal", "-shm"), opened, now, strict=True)
+            if was != is_
+        ]
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        self._rescue(conn, opened, now)
+        self._drop(conn)
+        outcome = "it may or may not have been applied" if after_commit else "nothing was written"
+        raise FilesReplaced(
+            f"{what} failed: {' and '.join(names)} was deleted or replaced while the store "
+            f"was open ({outcome}); the store was reopened, check and try again",
+            after_commit,
+        )
+
+    def _rescue(self, conn: sqlite3.Connection, opened: FileIds, now: FileIds) -> None:
+        """Checkpoint a replaced WAL into the database through the connection that still
+        holds it, when the WAL index (the lock) is still shared with everyone else."""
+        if opened[0] != now[0] and opened[1] == now[1] and not self.read_only:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _drop(self, conn: sqlite3.Connection) -> None:
+        with self._guard:
+            with contextlib.suppress(ValueError):
+                self._connections.remove(conn)
+            self._files.pop(id(conn), None)
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _forget_connections(self) -> None:
         """After fork, in the child: abandon the parent's connections (never close them)."""
@@ -192,7 +281,12 @@ class Database:
         store stays usable, as a closed file store did)."""
         with self._guard:
             connections, self._connections = self._connections, []
+            files, self._files = self._files, {}
+        now = self.file_ids()
         for conn in connections:
+            opened = files.get(id(conn))
+            if opened is not None and opened != now:
+                self._rescue(conn, opened, now)
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._local = threading.local()
@@ -247,13 +341,15 @@ class Database:
         with database_errors(what, damaged):
             conn.execute("BEGIN IMMEDIATE")
             try:
+                self._check_files(conn, what, after_commit=False)
                 result = work(conn)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(sqlite3.Error):  # (closed by _check_files)
+                    if conn.in_transaction:
                         conn.execute("ROLLBACK")
                 raise
+        self._check_files(conn, what, after_commit=True)
         return result
 
 

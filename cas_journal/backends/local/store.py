@@ -35,7 +35,14 @@ from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
 from ..base import Capabilities, IndexUpdate, NewObject, RefUpdate, Store, check_ref_value
 from .commits import Change, Committer
 from .copies import LocalStoredCopies
-from .database import DATABASE_FILE, Database, check_schema, create_database, database_errors
+from .database import (
+    DATABASE_FILE,
+    Database,
+    check_schema,
+    connect,
+    create_database,
+    database_errors,
+)
 from .fsutil import fsync_dir, storage_errors, temp_name, write_new_file
 from .locks import WritersLock
 from .objects import LocalObjectStore, ensure_reserve
@@ -127,6 +134,27 @@ def _interrupted_init(root: Path) -> bool:
     return True
 
 
+def _check_unused_database(root: Path) -> None:
+    """Accept the database an interrupted init left (ours, holding nothing); refuse any
+    other: a store whose FORMAT file was deleted is never re-initialised over its data."""
+    check_database_files(root)
+    path = root / DATABASE_FILE
+    lost = StoreFormatError(
+        f"{root} holds a cas-journal database but its FORMAT file is missing; nothing was "
+        f"changed. If this is your store, restore FORMAT with the line "
+        f"'{FORMAT_NAME} {FORMAT_VERSION}'"
+    )
+    with database_errors(f"opening {path}", StoreFormatError):
+        conn = connect(path, durable=True)
+        try:
+            check_schema(conn, path)
+            for table in ("refs", "reflog", "objects"):
+                if conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None:
+                    raise lost
+        finally:
+            conn.close()
+
+
 def create_store(root: Path) -> None:
     """Create an empty format-2 store in ``root`` (made if missing, else empty or left by
     an interrupted init). Concurrent creators are serialised by an flock on ``root``; the
@@ -140,19 +168,25 @@ def create_store(root: Path) -> None:
             return  # another process created it meanwhile
         if not _interrupted_init(root):
             raise StoreFormatError(f"{root} is not empty and holds no cas-journal store")
-        for leftover in _INIT_LEFTOVERS[1:]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(root / leftover)
-        (root / PACKS_DIR).mkdir(exist_ok=True)
-        tmp = Path(temp_name(root, "db-"))
-        try:
-            with database_errors(f"creating store {root}"):
-                create_database(tmp)
-            os.rename(tmp, root / DATABASE_FILE)
-        finally:
-            for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.lexists(root / DATABASE_FILE):
+            # a database is renamed into place complete: an init killed after that step
+            # left an empty one (kept); one holding anything means FORMAT was deleted
+            _check_unused_database(root)
+        else:
+            for leftover in _INIT_LEFTOVERS[2:]:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{tmp}{suffix}")
+                    os.unlink(root / leftover)
+            (root / PACKS_DIR).mkdir(exist_ok=True)
+            tmp = Path(temp_name(root, "db-"))
+            try:
+                with database_errors(f"creating store {root}"):
+                    create_database(tmp)
+                os.rename(tmp, root / DATABASE_FILE)
+            finally:
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"{tmp}{suffix}")
+        (root / PACKS_DIR).mkdir(exist_ok=True)
         fsync_dir(root)
         ensure_reserve(root)
         write_format(root, FORMAT_VERSION, replace=False)
