@@ -6,8 +6,11 @@ closes every connection) and a layer that (1) handles one request at a time, bec
 moto checks If-Match/If-None-Match and then writes without a lock, so two concurrent
 conditional writes could both pass, which real S3 never allows; and (2) can inject
 faults on request: error answers (503 SlowDown, 500), garbage bodies, "commit then
-fail", or dropping the condition headers. Stores reach it only through ``S3Store``, the
-code path a user points at AWS or MinIO.
+fail", or dropping the condition headers; (3) can delay a request (other requests go on
+meanwhile), deliver it twice, or deliver a copy again after N more requests (a retry
+that lands late), each on a share of the matching requests (``probability``, from a
+seeded generator) so whole workloads can run under random faults. Stores reach it only
+through ``S3Store``, the code path a user points at AWS or MinIO.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from cas_journal.backends.s3 import S3Store
 PREFIX = "journal"
 
 SERVER = r"""
-import io, json, sys, threading
+import io, json, random, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 from moto.moto_server.werkzeug_app import create_backend_app
@@ -38,6 +41,8 @@ from moto.moto_server.werkzeug_app import create_backend_app
 moto = create_backend_app("s3")
 lock = threading.Lock()
 rules = []
+replays = []  # [requests still to wait, environ, body] of late duplicates
+chance = random.Random(0)
 
 def reply(start_response, status, body, headers=()):
     start_response(status, [("Content-Length", str(len(body))), *headers])
@@ -51,35 +56,68 @@ def error(environ, start_response, status, code):
     return reply(start_response, status, body, [("Content-Type", "application/xml")])
 
 def control(environ, start_response):
-    global rules
+    global rules, chance
     if environ["REQUEST_METHOD"] == "PUT":
         rules = [dict(r, hits=0, injected=0) for r in json.loads(environ["wsgi.input"].read())]
+        chance = random.Random(next((r["seed"] for r in rules if "seed" in r), 0))
+        replays.clear()
     return reply(start_response, "200 OK", json.dumps(rules).encode())
 
+def execute(environ, body):
+    copy = dict(environ, **{"wsgi.input": io.BytesIO(body)})
+    return b"".join(moto(copy, lambda *a, **k: None))
+
+def matching(environ):
+    for rule in rules:
+        if rule.get("method", environ["REQUEST_METHOD"]) != environ["REQUEST_METHOD"]:
+            continue
+        if rule["path"] not in environ["PATH_INFO"]:
+            continue
+        if rule.get("query", "") not in environ["QUERY_STRING"]:
+            continue
+        rule["hits"] += 1
+        if rule["injected"] >= rule.get("count", 1 << 30):
+            return None
+        if chance.random() >= rule.get("probability", 1.0):
+            return None
+        rule["injected"] += 1
+        return rule
+    return None
+
 def app(environ, start_response):
-    with lock:  # one request at a time: moto's condition checks are not atomic
+    body = environ["wsgi.input"].read()
+    environ["wsgi.input"] = io.BytesIO(body)
+    with lock:
         path = environ["PATH_INFO"]
         if path.startswith("/__control__"):
             return control(environ, start_response)
-        for rule in rules:
-            if rule.get("method", environ["REQUEST_METHOD"]) != environ["REQUEST_METHOD"]:
-                continue
-            if rule["path"] not in path:
-                continue
-            rule["hits"] += 1
-            if rule["injected"] >= rule.get("count", 1 << 30):
-                break
-            rule["injected"] += 1
+        rule = matching(environ)
+    if rule is not None and rule.get("delay"):
+        time.sleep(rule["delay"])  # outside the lock: other requests go on meanwhile
+    with lock:  # one request at a time: moto's condition checks are not atomic
+        for late in list(replays):
+            late[0] -= 1
+            if late[0] <= 0:
+                replays.remove(late)
+                execute(late[1], late[2])
+        environ["wsgi.input"] = io.BytesIO(body)
+        if rule is not None and not rule.get("delay"):
             if rule.get("strip_conditions"):
                 environ.pop("HTTP_IF_MATCH", None)
                 environ.pop("HTTP_IF_NONE_MATCH", None)
-                break
-            if rule.get("after_commit"):
-                list(moto(environ, lambda *a, **k: None))
+            elif rule.get("after_commit"):
+                execute(environ, body)
                 return error(environ, start_response, "500 Internal Server Error", "InternalError")
-            if "body" in rule:
+            elif "duplicate" in rule:
+                if rule["duplicate"] == "now":
+                    execute(environ, body)  # delivered twice; the client sees the second answer
+                else:  # a copy arrives again after N more requests (a stale retry landing late)
+                    replays.append([int(rule.get("after", 1)), dict(environ), body])
+            elif "body" in rule:
                 return reply(start_response, "200 OK", bytes.fromhex(rule["body"]))
-            return error(environ, start_response, rule["status"], rule["code"])
+            else:
+                return error(environ, start_response, rule["status"], rule["code"])
+        environ["wsgi.input"] = io.BytesIO(body)
         return list(moto(environ, start_response))
 
 class Handler(BaseHTTPRequestHandler):

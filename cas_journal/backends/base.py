@@ -153,6 +153,15 @@ class ObjectStore(abc.ABC):
         if objects:
             self.put_many([(obj.kind, obj.body) for obj in objects])
 
+    def replace(self, objects: Sequence[NewObject]) -> None:
+        """Store good copies of objects whose stored copy is damaged (a repair from a
+        replica), so that reads find them. The default removes what ``delete`` can and
+        stores the objects again; backends whose ``delete`` cannot reach every copy
+        override it (reads must then prefer a copy that verifies)."""
+        for obj in objects:
+            self.delete(obj.oid)
+        self.store_new(objects)
+
     def freshen(self, oids: Iterable[str]) -> set[str]:
         """Mark stored objects as just written, so a concurrent gc keeps them and
         everything they reference (a writer about to link objects it did not write calls
@@ -209,6 +218,11 @@ class RefStore(abc.ABC):
     @abc.abstractmethod
     def read_ref(self, name: str) -> str | None:
         """The current value of a ref, or None if it does not exist."""
+
+    def read_refs(self, names: Iterable[str]) -> dict[str, str | None]:
+        """The current values of several refs (None: absent). One ``read_ref`` each by
+        default; a backend may answer many at once (an S3 store lists them)."""
+        return {name: self.read_ref(name) for name in names}
 
     @abc.abstractmethod
     def set_if_equals(

@@ -12,10 +12,13 @@ throttling such as ``SlowDown``, 50 ms for 5xx and connection errors).
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import os
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -167,10 +170,86 @@ def translate_errors(what: str, bucket: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Listed:
-    """One key of a listing and its size."""
+    """One key of a listing: its size, when it was last written (unix seconds, server
+    clock) and its ETag."""
 
     key: str
     size: int
+    modified: float = 0.0
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A key's body, ETag and the server's clock when it answered (unix seconds)."""
+
+    body: bytes
+    etag: str
+    server_time: float
+
+
+class RequestStats:
+    """Requests sent by one bucket handle, by S3 operation, and the bytes they moved.
+
+    Counted at the HTTP layer (botocore's ``before-send`` event), so retries count;
+    ``bytes_received`` counts response bodies read by this module. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_operation: Counter[str] = Counter()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    @property
+    def total(self) -> int:
+        """Requests sent so far."""
+        with self._lock:
+            return sum(self.by_operation.values())
+
+    def snapshot(self) -> dict[str, int]:
+        """A copy of the counters: one per operation plus ``bytes_sent`` and
+        ``bytes_received``."""
+        with self._lock:
+            return {
+                **self.by_operation,
+                "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received,
+            }
+
+    def sent(self, operation: str, body_size: int) -> None:
+        """Record one request."""
+        with self._lock:
+            self.by_operation[operation] += 1
+            self.bytes_sent += body_size
+
+    def received(self, size: int) -> None:
+        """Record response body bytes."""
+        with self._lock:
+            self.bytes_received += size
+
+
+def _body_size(body: Any) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, bytes | bytearray | memoryview):
+        return len(body)
+    try:
+        return len(body)
+    except TypeError:
+        return 0
+
+
+def server_time(response: dict[str, Any]) -> float:
+    """The server's clock from a response's Date header (now, if it has none)."""
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+    text = headers.get("date")
+    if text:
+        try:
+            return email.utils.parsedate_to_datetime(str(text)).timestamp()
+        except (TypeError, ValueError):
+            pass
+    return time.time()
 
 
 class S3Bucket:
@@ -183,9 +262,19 @@ class S3Bucket:
         self.client = client
         self.bucket = bucket
         self.workers = workers
+        self.stats = RequestStats()
         self._pool: ThreadPoolExecutor | None = None
+        self._upload_pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._botocore = _botocore()
+        events = getattr(getattr(client, "meta", None), "events", None)
+        if events is not None:
+            events.register("before-send.s3.*", self._count_request)
+
+    def _count_request(self, **kwargs: Any) -> None:
+        operation = str(kwargs.get("event_name", "")).rsplit(".", 1)[-1]
+        request = kwargs.get("request")
+        self.stats.sent(operation, _body_size(getattr(request, "body", None)))
 
     def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Context manager translating botocore errors for an operation on this bucket."""
@@ -210,7 +299,55 @@ class S3Bucket:
                 body.close()
             if limit is not None and len(data) > limit:
                 raise OversizedBody(len(data))
+            self.stats.received(len(data))
             return data, str(response.get("ETag", ""))
+
+    def fetch(self, key: str, what: str, limit: int | None = None) -> Fetched | None:
+        """A key's body, ETag and the server's time, or None if absent (see ``get``)."""
+        with self.errors(what):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=key)
+            except self._botocore.exceptions.ClientError as exc:
+                if error_code(exc) in _NOT_FOUND:
+                    return None
+                raise
+            body = response["Body"]
+            try:
+                size = int(response.get("ContentLength", 0) or 0)
+                if limit is not None and size > limit:
+                    raise OversizedBody(size)
+                data: bytes = body.read() if limit is None else body.read(limit + 1)
+            finally:
+                body.close()
+            if limit is not None and len(data) > limit:
+                raise OversizedBody(len(data))
+            self.stats.received(len(data))
+            return Fetched(data, str(response.get("ETag", "")), server_time(response))
+
+    def get_range(self, key: str, start: int, length: int, what: str) -> bytes | None:
+        """``length`` bytes of a key from ``start`` (fewer at its end), or None if the key
+        is absent. One ranged GET."""
+        if length <= 0:
+            return b""
+        with self.errors(what):
+            try:
+                response = self.client.get_object(
+                    Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
+                )
+            except self._botocore.exceptions.ClientError as exc:
+                code = error_code(exc)
+                if code in _NOT_FOUND:
+                    return None
+                if code in ("InvalidRange", "416"):
+                    return b""
+                raise
+            body = response["Body"]
+            try:
+                data: bytes = body.read(length + 1)
+            finally:
+                body.close()
+            self.stats.received(len(data))
+            return data[:length]
 
     def exists(self, key: str, what: str) -> bool:
         """True if the key exists (a HEAD request)."""
@@ -263,10 +400,27 @@ class S3Bucket:
                 raise
             return str(response.get("ETag", ""))
 
-    def delete(self, key: str, what: str) -> None:
-        """Remove a key (no error if absent)."""
+    def delete(self, key: str, what: str, *, if_match: str | None = None) -> None:
+        """Remove a key (no error if absent). With ``if_match``, only if it still holds
+        that ETag: PreconditionLost otherwise (servers that honour conditional deletes:
+        see ``S3Store.conditional_deletes``)."""
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if if_match is not None:
+            args["IfMatch"] = if_match
         with self.errors(what):
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+            try:
+                self.client.delete_object(**args)
+            except self._botocore.exceptions.ClientError as exc:
+                code = error_code(exc)
+                if if_match is not None and (code in _LOST or code in _NOT_FOUND):
+                    raise PreconditionLost(code, _retried(exc)) from exc
+                raise
+
+    def upload(self, key: str, parts: Iterable[bytes], what: str) -> int:
+        """Store the concatenation of ``parts`` under ``key``: one PutObject when it is
+        small, else a multipart upload whose parts go out on the worker threads as they
+        come (at most ``workers`` parts in flight). Returns the bytes written."""
+        return MultipartWriter(self, key, what).write_all(parts)
 
     def delete_many(self, keys: Iterable[str], what: str) -> None:
         """Remove keys, up to 1,000 per request; raise StorageError if any was refused."""
@@ -304,7 +458,13 @@ class S3Bucket:
             with self.errors(what):
                 response = self.client.list_objects_v2(**args)
             for item in response.get("Contents") or []:
-                yield Listed(str(item["Key"]), int(item.get("Size", 0)))
+                modified = item.get("LastModified")
+                yield Listed(
+                    str(item["Key"]),
+                    int(item.get("Size", 0)),
+                    modified.timestamp() if modified is not None else 0.0,
+                    str(item.get("ETag", "")),
+                )
             token = response.get("NextContinuationToken")
             if not response.get("IsTruncated") or not token:
                 return
@@ -330,6 +490,16 @@ class S3Bucket:
             return [fn(item) for item in work]
         return list(self._executor().map(fn, work))
 
+    def upload_executor(self) -> ThreadPoolExecutor:
+        """Threads for multipart parts, apart from ``map``'s (a task running on those may
+        stream an upload and wait for its parts)."""
+        with self._pool_lock:
+            if self._upload_pool is None:
+                self._upload_pool = ThreadPoolExecutor(
+                    PARTS_IN_FLIGHT * 2, thread_name_prefix="cas-journal-s3-upload"
+                )
+            return self._upload_pool
+
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
@@ -339,9 +509,112 @@ class S3Bucket:
     def close(self) -> None:
         """Stop the worker threads."""
         with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+            pools = [self._pool, self._upload_pool]
+            self._pool = self._upload_pool = None
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+
+PART_SIZE = 8 * 1024 * 1024
+"""Bytes per part of a multipart upload (S3 needs at least 5 MiB for all but the last)."""
+PARTS_IN_FLIGHT = 4
+"""Parts of one upload being sent at once; what is buffered is bounded by this."""
+
+
+class MultipartWriter:
+    """Streams one key's body to S3: buffered up to ``PART_SIZE``, then sent as parts of a
+    multipart upload, ``PARTS_IN_FLIGHT`` at a time, on the bucket's upload threads.
+
+    A body that never reaches ``PART_SIZE`` is one plain PutObject. Nothing is visible
+    under the key before ``finish`` returns; ``abort`` (or an error in ``finish``)
+    cancels the upload, so a killed writer leaves at most an incomplete multipart upload
+    that the bucket's lifecycle rule (or ``S3Store.abort_stale_uploads``) removes.
+    """
+
+    def __init__(self, bucket: S3Bucket, key: str, what: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.what = what
+        self.size = 0
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[tuple[int, Future[str]]] = []
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to the body."""
+        self._buffer += data
+        self.size += len(data)
+        while len(self._buffer) >= PART_SIZE:
+            part = bytes(self._buffer[:PART_SIZE])
+            del self._buffer[:PART_SIZE]
+            self._send_part(part)
+
+    def _send_part(self, part: bytes) -> None:
+        client, name = self.bucket.client, self.bucket.bucket
+        if self._upload_id is None:
+            with self.bucket.errors(self.what):
+                created = client.create_multipart_upload(Bucket=name, Key=self.key)
+            self._upload_id = str(created["UploadId"])
+        upload_id = self._upload_id
+        number = len(self._parts) + 1
+
+        def send() -> str:
+            with self.bucket.errors(self.what):
+                answer = client.upload_part(
+                    Bucket=name, Key=self.key, UploadId=upload_id, PartNumber=number, Body=part
+                )
+            return str(answer["ETag"])
+
+        in_flight = [future for _, future in self._parts if not future.done()]
+        if len(in_flight) >= PARTS_IN_FLIGHT:
+            wait(in_flight, return_when=FIRST_COMPLETED)
+        self._parts.append((number, self.bucket.upload_executor().submit(send)))
+
+    def finish(self) -> int:
+        """Make the body visible under the key; returns its size."""
+        try:
+            if self._upload_id is None:
+                self.bucket.put(self.key, bytes(self._buffer), self.what)
+                return self.size
+            if self._buffer:
+                self._send_part(bytes(self._buffer))
+                self._buffer.clear()
+            parts = [{"PartNumber": n, "ETag": future.result()} for n, future in self._parts]
+            with self.bucket.errors(self.what):
+                self.bucket.client.complete_multipart_upload(
+                    Bucket=self.bucket.bucket,
+                    Key=self.key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+            return self.size
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Cancel the upload (best effort); nothing becomes visible."""
+        upload_id, self._upload_id = self._upload_id, None
+        for _, future in self._parts:
+            future.cancel()
+        if upload_id is None:
+            return
+        with contextlib.suppress(Exception):
+            wait([future for _, future in self._parts])
+            self.bucket.client.abort_multipart_upload(
+                Bucket=self.bucket.bucket, Key=self.key, UploadId=upload_id
+            )
+
+    def write_all(self, parts: Iterable[bytes]) -> int:
+        """Write every part, then ``finish``."""
+        try:
+            for part in parts:
+                self.write(part)
+        except BaseException:
+            self.abort()
+            raise
+        return self.finish()
 
 
 class OversizedBody(Exception):
