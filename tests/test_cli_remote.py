@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from click.testing import CliRunner
 from journal_helpers import at, user
@@ -66,3 +67,33 @@ def test_sync_errors_are_one_line(tmp_path):
     assert code == 1 and err.strip().count("\n") == 0 and "no cas-journal store" in err
     code, _, err = run("sync", str(tmp_path / "a"), str(tmp_path / "a"), "--ref", "threads/none")
     assert code == 1 and "no ref" in err and "Traceback" not in err
+
+
+def test_unrelated_threads_are_refused_unless_allowed(tmp_path):
+    for name in ("a", "b"):
+        with cj.Journal.open(tmp_path / name) as j:
+            j.create_thread(cj.ThreadMeta(id="t", title=f"made in {name}", created_at=at(0)))
+            user(j, "t", f"only on {name}", now=at(1))
+    code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert code == 1 and "unrelated (not merged): threads/t" in out
+    code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"), "--allow-unrelated", "--json")
+    assert code == 0 and json.loads(out)["refs_merged"] == 1
+    with cj.Journal.open(tmp_path / "b") as b:
+        assert {e.message.content for e in b.entries("t")} == {"only on a", "only on b"}
+
+
+def test_repair_replaces_a_damaged_copy(tmp_path):
+    make(tmp_path / "a").close()
+    assert run("clone", str(tmp_path / "a"), str(tmp_path / "b"))[0] == 0
+    with cj.Journal.open(tmp_path / "b") as b:
+        victim = b.path("t")[2].raw_hash
+        path = b.store.objects.loose_path(victim)
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0xFF
+    os.chmod(path, 0o644)
+    open(path, "wb").write(bytes(data))
+    assert run("--store", str(tmp_path / "b"), "fsck")[0] != 0
+    code, out, _ = run("--store", str(tmp_path / "b"), "pull", str(tmp_path / "a"), "--repair")
+    assert code == 0 and "1 damaged copies repaired" in out, out
+    code, out, _ = run("--store", str(tmp_path / "b"), "fsck", "--json")
+    assert code == 0 and json.loads(out)["ok"]

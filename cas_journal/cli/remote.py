@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
@@ -26,6 +27,16 @@ _merge_option = click.option(
     is_flag=True,
     help="Leave diverged refs alone and report them (exit status 1).",
 )
+_unrelated_option = click.option(
+    "--allow-unrelated",
+    is_flag=True,
+    help="Merge threads or runs that share an id but no history (refused by default).",
+)
+_repair_option = click.option(
+    "--repair",
+    is_flag=True,
+    help="Read back what the destination holds and replace damaged copies from the source.",
+)
 
 
 def open_location(location: str, create: bool = False) -> Journal:
@@ -44,32 +55,44 @@ def summary(report: SyncReport) -> str:
     ]
     if report.diverged:
         parts.append(f"diverged (not merged): {', '.join(report.diverged)}")
+    if report.unrelated:
+        parts.append(f"unrelated (not merged): {', '.join(report.unrelated)}")
+    if report.objects_repaired:
+        parts.append(f"{report.objects_repaired} damaged copies repaired")
     return "; ".join(parts)
 
 
-def _run(
-    ctx: click.Context,
-    src: Journal,
-    dst: Journal,
-    refs: tuple[str, ...],
-    no_merge: bool,
-    as_json: bool,
-) -> None:
+@dataclass(frozen=True)
+class _Options:
+    refs: tuple[str, ...] = ()
+    no_merge: bool = False
+    allow_unrelated: bool = False
+    repair: bool = False
+    as_json: bool = False
+
+
+def _run(ctx: click.Context, src: Journal, dst: Journal, options: _Options) -> None:
     from ..maintenance.sync import sync
 
     try:
         with ProgressBars() as progress:
             report = sync(
-                src.store, dst.store, list(refs) or None, merge=not no_merge, progress=progress
+                src.store,
+                dst.store,
+                list(options.refs) or None,
+                merge=not options.no_merge,
+                allow_unrelated=options.allow_unrelated,
+                repair=options.repair,
+                progress=progress,
             )
     finally:
         src.close()
         dst.close()
-    if as_json:
+    if options.as_json:
         echo_json(model_json(report))
     else:
         click.echo(summary(report))
-    if report.diverged:
+    if report.diverged or report.unrelated:
         ctx.exit(1)
 
 
@@ -78,6 +101,8 @@ def _run(
 @click.argument("destination")
 @_refs_option
 @_merge_option
+@_unrelated_option
+@_repair_option
 @json_option
 @click.pass_context
 def sync_command(
@@ -86,38 +111,61 @@ def sync_command(
     destination: str,
     refs: tuple[str, ...],
     no_merge: bool,
+    allow_unrelated: bool,
+    repair: bool,
     as_json: bool,
 ) -> None:
     """Copy what DESTINATION lacks from SOURCE and update its refs (paths or s3:// URLs)."""
-    _run(ctx, open_location(source), open_location(destination), refs, no_merge, as_json)
+    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
+    _run(ctx, open_location(source), open_location(destination), options)
 
 
 @click.command()
 @click.argument("remote")
 @_refs_option
 @_merge_option
+@_unrelated_option
+@_repair_option
 @json_option
 @pass_env
 @click.pass_context
 def push(
-    ctx: click.Context, env: Env, remote: str, refs: tuple[str, ...], no_merge: bool, as_json: bool
+    ctx: click.Context,
+    env: Env,
+    remote: str,
+    refs: tuple[str, ...],
+    no_merge: bool,
+    allow_unrelated: bool,
+    repair: bool,
+    as_json: bool,
 ) -> None:
     """Sync this store into REMOTE."""
-    _run(ctx, env.journal(), open_location(remote), refs, no_merge, as_json)
+    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
+    _run(ctx, env.journal(), open_location(remote), options)
 
 
 @click.command()
 @click.argument("remote")
 @_refs_option
 @_merge_option
+@_unrelated_option
+@_repair_option
 @json_option
 @pass_env
 @click.pass_context
 def pull(
-    ctx: click.Context, env: Env, remote: str, refs: tuple[str, ...], no_merge: bool, as_json: bool
+    ctx: click.Context,
+    env: Env,
+    remote: str,
+    refs: tuple[str, ...],
+    no_merge: bool,
+    allow_unrelated: bool,
+    repair: bool,
+    as_json: bool,
 ) -> None:
     """Sync REMOTE into this store."""
-    _run(ctx, open_location(remote), env.journal(), refs, no_merge, as_json)
+    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
+    _run(ctx, open_location(remote), env.journal(), options)
 
 
 @click.command()
@@ -136,7 +184,7 @@ def clone(ctx: click.Context, source: str, destination: str, as_json: bool) -> N
         existing.close()
         src.close()
         raise click.ClickException(f"{destination} already holds a store; use sync instead")
-    _run(ctx, src, open_location(destination, create=True), (), False, as_json)
+    _run(ctx, src, open_location(destination, create=True), _Options(as_json=as_json))
 
 
 COMMANDS = [sync_command, push, pull, clone]
