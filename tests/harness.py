@@ -504,7 +504,9 @@ class Worker:
         with self.op({"op": "sync"}):
             mirror = LocalStore(self.mirror_path, durable=self.durable)
             try:
-                sync(self.journal.store, mirror)
+                # the mirror keeps every history, also of threads and runs deleted and
+                # created afresh under the same id (unrelated to what it holds)
+                sync(self.journal.store, mirror, allow_unrelated=True)
             finally:
                 mirror.close()
         self.ack({"op": "sync"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from click.testing import CliRunner
 from journal_helpers import at, user
@@ -76,7 +77,9 @@ def test_unrelated_threads_are_refused_unless_allowed(tmp_path):
             user(j, "t", f"only on {name}", now=at(1))
     code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"))
     assert code == 1 and "unrelated (not merged): threads/t" in out
-    code, out, _ = run("sync", str(tmp_path / "a"), str(tmp_path / "b"), "--allow-unrelated", "--json")
+    code, out, _ = run(
+        "sync", str(tmp_path / "a"), str(tmp_path / "b"), "--allow-unrelated", "--json"
+    )
     assert code == 0 and json.loads(out)["refs_merged"] == 1
     with cj.Journal.open(tmp_path / "b") as b:
         assert {e.message.content for e in b.entries("t")} == {"only on a", "only on b"}
@@ -88,10 +91,10 @@ def test_repair_replaces_a_damaged_copy(tmp_path):
     with cj.Journal.open(tmp_path / "b") as b:
         victim = b.path("t")[2].raw_hash
         path = b.store.objects.loose_path(victim)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[-1] ^= 0xFF
     os.chmod(path, 0o644)
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
     assert run("--store", str(tmp_path / "b"), "fsck")[0] != 0
     code, out, _ = run("--store", str(tmp_path / "b"), "pull", str(tmp_path / "a"), "--repair")
     assert code == 0 and "1 damaged copies repaired" in out, out

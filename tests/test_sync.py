@@ -336,6 +336,27 @@ def _wrong_depth(store):
     )
 
 
+def _skip_to_another_branch(store):
+    """A new entry whose skip pointer names an entry at the right depth on another thread."""
+    state = _state(store, "victim")
+    leaf = EntryNode.parse(store.objects.get(state.leaf)[1], state.leaf)
+    other = _state(store, "other")
+    root = other.leaf
+    while (node := EntryNode.parse(store.objects.get(root)[1], root)).parent:
+        root = node.parent
+    blob = _put(store, Kind.BLOB, store.objects.get(leaf.payload)[1])
+    bad = _put(
+        store,
+        Kind.ENTRY,
+        EntryNode(blob, "2030-01-01T00:00:00.000000Z", leaf.depth + 1, state.leaf, root).body(),
+    )
+    _point(
+        store,
+        "threads/victim",
+        _put(store, Kind.THREAD, replace(state, leaf=bad, heads=(bad,)).body()),
+    )
+
+
 def _checkpoint_count_lies(store):
     value = store.refs.read_ref("checkpoints/r")
     node = CheckpointNode.parse(store.objects.get(value)[1], value)
@@ -364,6 +385,7 @@ HOSTILE = {
     "payload slot holds an entry": _entry_as_payload,
     "payload is not a payload": _payload_not_json,
     "entry depth lies": _wrong_depth,
+    "skip pointer names another branch": _skip_to_another_branch,
     "checkpoint count lies": _checkpoint_count_lies,
     "checkpoint names another run": _checkpoint_of_another_run,
     "ref is not an object id": _ref_not_an_oid,

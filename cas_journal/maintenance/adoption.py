@@ -91,18 +91,21 @@ def _from(scope: str) -> str:
 class NodeChecks:
     """Checks structured objects on their way in.
 
-    ``entry_depth(oid)`` and ``chain_length(oid)`` give the depth of an entry and the
-    length of a message chain for objects checked earlier in the same sync or already in
-    the destination (the caller knows which); both raise CorruptObject if the object is
+    ``entry_node(oid)`` gives an entry met earlier in the same sync (checked then) or
+    held by the destination (checked when it was adopted there); ``chain_length(oid)``
+    the length of a message chain likewise. Both raise CorruptObject if the object is
     not of the expected kind.
     """
 
+    MAX_HOPS = 512
+    """Hops an ancestor search may take (a valid skip list needs about 2 log2(depth))."""
+
     def __init__(
         self,
-        entry_depth: Callable[[str], int],
+        entry_node: Callable[[str], EntryNode],
         chain_length: Callable[[str], int],
     ) -> None:
-        self.entry_depth = entry_depth
+        self.entry_node = entry_node
         self.chain_length = chain_length
 
     def parse(self, oid: str, kind: Kind, body: bytes, scope: str) -> Node:
@@ -130,11 +133,30 @@ class NodeChecks:
                 raise
             raise CorruptObject(f"{_from(scope)}: {exc}") from exc
 
+    def ancestor(self, oid: str, depth: int) -> str:
+        """The ancestor of entry ``oid`` at ``depth``, hopping along skip pointers."""
+        node = self.entry_node(oid)
+        for _ in range(self.MAX_HOPS):
+            if node.depth <= depth:
+                if node.depth < depth:
+                    raise CorruptObject(f"no ancestor at depth {depth}", oid)
+                return oid
+            if node.skip is not None and skip_depth(node.depth) >= depth:
+                oid = node.skip
+            elif node.parent is not None:
+                oid = node.parent
+            else:
+                raise CorruptObject(f"no ancestor at depth {depth}", oid)
+            node = self.entry_node(oid)
+        raise CorruptObject(f"ancestor search from an entry took over {self.MAX_HOPS} hops", oid)
+
     def _entry(self, oid: str, node: EntryNode) -> None:
-        if node.parent is not None and self.entry_depth(node.parent) != node.depth - 1:
+        if node.parent is not None and self.entry_node(node.parent).depth != node.depth - 1:
             raise CorruptObject("entry depth is not its parent's depth + 1", oid)
-        if node.skip is not None and self.entry_depth(node.skip) != skip_depth(node.depth):
-            raise CorruptObject("entry skip pointer names an entry at the wrong depth", oid)
+        if node.skip is not None:
+            assert node.parent is not None  # parse checked: depth >= 2 has both
+            if self.ancestor(node.parent, skip_depth(node.depth)) != node.skip:
+                raise CorruptObject("entry skip pointer does not name its ancestor", oid)
 
     def _state(self, oid: str, node: ThreadStateNode, scope: str) -> None:
         if not scope.startswith(THREAD_PREFIX):

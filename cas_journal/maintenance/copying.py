@@ -30,6 +30,7 @@ after the first one found wanting.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from .adoption import OPAQUE, NodeChecks, blob_roles, check_blob, message_chain_
 from .reports import Progress
 
 SMALL_BODY = 16 * 1024
+ENTRY_CACHE = 1 << 16
+"""Entry nodes kept for parent and skip-pointer checks (most recently met)."""
 """Structured bodies up to this size stay on the walk's stack until they go out."""
 
 
@@ -221,10 +224,13 @@ class ObjectCopier:
         self._damaged: set[bytes] = set()
         self._roles: dict[bytes, str] = {}
         """The role each blob met so far was checked for (see ``adoption``)."""
-        self._depths: dict[bytes, int] = {}
+        self._entries: OrderedDict[bytes, EntryNode] = OrderedDict()
+        """Entries met lately (checked), for parent and skip-pointer checks."""
+        self.reachable: set[bytes] = set()
+        """Objects known reachable from the destination's refs (see ``assume_present``)."""
         self._lengths: dict[bytes, int] = {}
         self._kept = 0
-        self.checks = NodeChecks(self._entry_depth, self._chain_length)
+        self.checks = NodeChecks(self._entry_node, self._chain_length)
 
     # -- what the destination holds ---------------------------------------------------
 
@@ -236,6 +242,7 @@ class ObjectCopier:
             self._present.update(
                 (bytes.fromhex(oid), kind) for oid, kind in objects.items() if is_oid(oid)
             )
+            self.reachable.update(bytes.fromhex(oid) for oid in objects if is_oid(oid))
 
     def forget_present(self, oids: Iterable[str]) -> None:
         """Objects found gone from the destination after all: ask about them again."""
@@ -418,7 +425,11 @@ class ObjectCopier:
         raw = bytes.fromhex(frame.oid)
         self.checks.check(frame.oid, frame.node, frame.scope)
         if isinstance(frame.node, EntryNode):
-            self._depths[raw] = frame.node.depth
+            self._remember_entry(raw, frame.node)
+            parent = frame.node.parent
+            if frame.node.skip and parent and bytes.fromhex(parent) in self.reachable:
+                # the skip target is an ancestor of a reachable entry (just checked)
+                self.reachable.add(bytes.fromhex(frame.node.skip))
         elif isinstance(frame.node, MessageNode):
             self._lengths[raw] = message_chain_length(frame.node, self._chain_length)
         if not frame.send:
@@ -440,14 +451,21 @@ class ObjectCopier:
 
     # -- facts about objects met before -----------------------------------------------
 
-    def _entry_depth(self, oid: str) -> int:
+    def _remember_entry(self, raw: bytes, node: EntryNode) -> None:
+        self._entries[raw] = node
+        self._entries.move_to_end(raw)
+        if len(self._entries) > ENTRY_CACHE:
+            self._entries.popitem(last=False)
+
+    def _entry_node(self, oid: str) -> EntryNode:
+        """An entry met before: checked in this sync, or held by both stores."""
         raw = bytes.fromhex(oid)
-        depth = self._depths.get(raw)
-        if depth is None:
-            node = self._dst_node(oid, Kind.ENTRY)
-            assert isinstance(node, EntryNode)
-            depth = self._depths[raw] = node.depth
-        return depth
+        node = self._entries.get(raw)
+        if node is None:
+            body = self._read(oid, Kind.ENTRY, "an ancestor check")
+            node = EntryNode.parse(body, oid)
+            self._remember_entry(raw, node)
+        return node
 
     def _chain_length(self, oid: str) -> int:
         raw = bytes.fromhex(oid)

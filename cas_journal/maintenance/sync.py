@@ -184,7 +184,9 @@ class _Syncer:
         reachable = self.reachable
         for _ in range(FRESHEN_ROUNDS):
             boundary = {
-                oid: where for oid, where in self.copier.boundary.items() if oid not in reachable
+                oid: where
+                for oid, where in self.copier.boundary.items()
+                if oid not in reachable and bytes.fromhex(oid) not in self.copier.reachable
             }
             gone = self.dst.objects.freshen(sorted(boundary)) if boundary else set()
             self.freshened_at = time.monotonic()
