@@ -14,7 +14,8 @@ checks what the journal relies on when it reads the objects back:
 * checkpoints: every checkpoint reachable from ``checkpoints/<run>`` names run
   ``<run>``, and its ``message_count`` is the length of its message chain;
 * blobs, by the slot that references them: an entry payload parses as a payload, a
-  checkpoint message as a JSON object, a system prompt as UTF-8 text.
+  checkpoint message (of a run) as a JSON object, a system prompt as UTF-8 text; blobs
+  of LangGraph trees (``langgraph/`` refs) are their integration's bytes, opaque here.
 
 An object found wanting raises CorruptObject naming it and the ref it was reached from,
 before anything that references it is written, and before any ref moves.
@@ -65,7 +66,8 @@ def check_blob(oid: str, body: bytes, role: BlobRole, scope: str) -> None:
             parse_payload(oid, body)
         except CorruptObject as exc:
             raise CorruptObject(f"{_from(scope)}: {exc}") from exc
-    elif role == MESSAGE:
+    elif role == MESSAGE and scope.startswith(CHECKPOINT_PREFIX):
+        # a run's messages are JSON; other trees (LangGraph) chain bytes of their own
         try:
             value = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
