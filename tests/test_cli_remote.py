@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 from click.testing import CliRunner
 from journal_helpers import at, user
+from store_helpers import corrupt_row
 
 import cas_journal as cj
 from cas_journal.cli import cli
@@ -90,11 +89,7 @@ def test_repair_replaces_a_damaged_copy(tmp_path):
     assert run("clone", str(tmp_path / "a"), str(tmp_path / "b"))[0] == 0
     with cj.Journal.open(tmp_path / "b") as b:
         victim = b.path("t")[2].raw_hash
-        path = b.store.objects.loose_path(victim)
-    data = bytearray(Path(path).read_bytes())
-    data[-1] ^= 0xFF
-    os.chmod(path, 0o644)
-    Path(path).write_bytes(bytes(data))
+    corrupt_row(tmp_path / "b", victim)
     assert run("--store", str(tmp_path / "b"), "fsck")[0] != 0
     code, out, _ = run("--store", str(tmp_path / "b"), "pull", str(tmp_path / "a"), "--repair")
     assert code == 0 and "1 damaged copies repaired" in out, out

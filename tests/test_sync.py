@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import replace
@@ -12,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from journal_helpers import at, contents, stored, user
+from store_helpers import set_row_time
 
 import cas_journal as cj
 from cas_journal.maintenance import fsck, gc, sync
@@ -452,7 +452,7 @@ def test_objects_the_destination_holds_are_freshened_against_a_concurrent_gc(tmp
     dst.store.objects.put_many([src.store.objects.get(oid) for oid in leftovers])
     old = time.time() - 3 * 3600
     for oid in leftovers:
-        os.utime(dst.store.objects.loose_path(oid), (old, old))
+        set_row_time(dst.store, oid, old)
     freshened: list[str] = []
     collected: list[int] = []
     original = dst.store.objects.freshen
