@@ -1,24 +1,27 @@
-"""Sync figures: a 20,000-entry store into an empty local store and an empty bucket, then
-one new entry synced again (how many objects and S3 requests it costs).
+"""Sync figures over S3: a 20,000-entry store pushed into an empty bucket, one new entry
+pushed again, the bucket cloned into an empty local store, and a cold read of 10,000
+entries of a thread straight from the bucket, each with its S3 requests and bytes (the
+peer: the same first sync into an empty local store, in the same run).
 
-    python -m bench.sync_bench [--entries 20000] [--data-dir DIR]
+    python -m bench.sync_bench [--entries 20000] [--read-entries 10000] [--data-dir DIR]
 
 The bucket is served by moto's standalone S3 server on loopback (started here), reached
-through the same S3Store code a user points at AWS or MinIO. Requests are counted with
-botocore's event hooks on the store's own client.
+through the same S3Store code a user points at AWS or MinIO. Requests and bytes are
+counted by the store's own bucket handle (``S3Bucket.stats``: every HTTP request sent,
+retries included). On AWS each request costs about 20-50 ms of latency: multiply.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 import random
 import shutil
 import socket
 import tempfile
 import time
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,26 +81,69 @@ def build_source(path: Path, entries: int) -> cj.Journal:
     return j
 
 
-def count_requests(store: S3Store) -> Counter[str]:
-    """A live count of the requests the store's client sends, by operation."""
-    counts: Counter[str] = Counter()
-
-    def hook(**kwargs: Any) -> None:
-        counts[kwargs["event_name"].rsplit(".", 1)[-1]] += 1
-
-    store.objects.bucket.client.meta.events.register("before-send.s3.*", hook)
-    return counts
-
-
 def timed_sync(src: cj.Journal, dst: cj.Journal) -> tuple[Any, float]:
     start = time.perf_counter()
     report = sync(src.store, dst.store)
     return report, time.perf_counter() - start
 
 
+def requests_since(store: S3Store, before: dict[str, int]) -> dict[str, int]:
+    """Requests (by operation) and bytes the store's bucket handle sent since ``before``."""
+    now = store.bucket.stats.snapshot()
+    return {
+        key: now.get(key, 0) - before.get(key, 0) for key in now if now[key] != before.get(key, 0)
+    }
+
+
+def request_total(counts: dict[str, int]) -> int:
+    """Requests in a ``requests_since`` result (its byte counters left out)."""
+    return sum(n for key, n in counts.items() if not key.startswith("bytes_"))
+
+
+def describe(counts: dict[str, int]) -> str:
+    """``"GetObject 3, PutObject 2"`` (byte counters left out)."""
+    return ", ".join(f"{op} {n}" for op, n in sorted(counts.items()) if not op.startswith("bytes_"))
+
+
+class Row:
+    """One measured step."""
+
+    def __init__(
+        self,
+        label: str,
+        seconds: float,
+        counts: dict[str, int] | None,
+        objects: int,
+        goal: str = "",
+    ) -> None:
+        self.label, self.seconds, self.counts, self.objects, self.goal = (
+            label,
+            seconds,
+            counts,
+            objects,
+            goal,
+        )
+
+    def cells(self) -> list[str]:
+        counts = self.counts or {}
+        requests = request_total(counts) if self.counts is not None else ""
+        sent = counts.get("bytes_sent", "") if self.counts is not None else ""
+        received = counts.get("bytes_received", "") if self.counts is not None else ""
+        return [
+            self.label,
+            str(self.objects),
+            f"{self.seconds:.2f}",
+            str(requests),
+            str(sent),
+            str(received),
+            self.goal,
+        ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--entries", type=int, default=20_000)
+    parser.add_argument("--read-entries", type=int, default=10_000)
     parser.add_argument("--data-dir", type=Path, default=Path("bench/out/sync-data"))
     args = parser.parse_args()
     args.data_dir.mkdir(parents=True, exist_ok=True)
@@ -106,28 +152,54 @@ def main() -> None:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    options = {
+    options: dict[str, Any] = {
         "endpoint_url": f"http://127.0.0.1:{port}",
         "region_name": "us-east-1",
         "aws_access_key_id": "testing",
         "aws_secret_access_key": "testing",
     }
+    url = "s3://bench/journal"
     try:
         boto3.client("s3", **options).create_bucket(Bucket="bench")
-        print(f"machine: {platform.machine()}, 2 cores, Python {platform.python_version()}")
+        load = os.getloadavg()[0]
+        print(
+            f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}, load average {load:.1f} at start"
+        )
         started = time.perf_counter()
         src = build_source(work / "src", args.entries)
-        print(f"built source: {args.entries} entries in {time.perf_counter() - started:.1f}s")
-        rows = []
-        local = cj.Journal.open(work / "dst", durable=True)
-        bucket = S3Store.from_url("s3://bench/journal", **options)
-        remote = cj.Journal(bucket)
-        requests = count_requests(bucket)
-        for name, dst in (("empty local store (durable)", local), ("empty bucket (moto)", remote)):
-            before = sum(requests.values())
-            report, seconds = timed_sync(src, dst)
-            sent = sum(requests.values()) - before if dst is remote else None
-            rows.append((f"initial sync into {name}", report, seconds, sent))
+        objects = sum(1 for _ in src.store.objects.iter_oids())
+        print(
+            f"built source: {args.entries} entries, {objects} objects in "
+            f"{time.perf_counter() - started:.1f}s"
+        )
+        rows: list[Row] = []
+
+        # the peer: the same first sync into an empty local store
+        local = cj.Journal.open(work / "local-copy", durable=True)
+        report, seconds = timed_sync(src, local)
+        rows.append(
+            Row("first sync into an empty local store (peer)", seconds, None, report.objects_copied)
+        )
+        local.close()
+
+        # first push into an empty bucket
+        bucket = S3Store.from_url(url, **options)
+        before = bucket.bucket.stats.snapshot()
+        report, seconds = timed_sync(src, cj.Journal(bucket))
+        push = requests_since(bucket, before)
+        rows.append(
+            Row(
+                "first push into an empty bucket",
+                seconds,
+                push,
+                report.objects_copied,
+                f"<= {820 / 50:.1f} s (50x 820 s), <= 200 requests",
+            )
+        )
+        print("first push:", describe(push), f"(bytes sent {push.get('bytes_sent', 0)})")
+
+        # one new entry appended, then push (the same handle, as a user's session would)
         text = tg.prose(random.Random(1), 300)
         src.append(
             cj.Entry(
@@ -136,36 +208,86 @@ def main() -> None:
                 message=cj.Message(role="user", content=text),
             )
         )
-        for name, dst in (("local store", local), ("bucket", remote)):
-            before = sum(requests.values())
-            snapshot = Counter(requests)
-            report, seconds = timed_sync(src, dst)
-            sent = sum(requests.values()) - before if dst is remote else None
-            detail = (
-                ""
-                if sent is None
-                else " ("
-                + ", ".join(f"{op} {n}" for op, n in sorted((requests - snapshot).items()))
-                + ")"
-            )
-            rows.append((f"one new entry into the {name}{detail}", report, seconds, sent))
-        print()
-        print("| sync | objects | bytes | refs | seconds | objects/s | S3 requests |")
-        print("|---|---|---|---|---|---|---|")
-        for label, report, seconds, sent in rows:
-            refs = report.refs_created + report.refs_fast_forwarded + report.refs_merged
-            rate = report.objects_copied / seconds if seconds else 0
-            print(
-                f"| {label} | {report.objects_copied} | {report.bytes_copied} | {refs} | "
-                f"{seconds:.2f} | {rate:.0f} | {'' if sent is None else sent} |"
-            )
-        print()
-        print(
-            "fsck local:",
-            fsck(local.store).ok,
-            " fsck bucket (quick):",
-            fsck(remote.store, quick=True).ok,
+        before = bucket.bucket.stats.snapshot()
+        report, seconds = timed_sync(src, cj.Journal(bucket))
+        one = requests_since(bucket, before)
+        rows.append(
+            Row("one new entry, then push", seconds, one, report.objects_copied, "<= 10 requests")
         )
+        print("one new entry:", describe(one))
+        bucket.close()
+
+        # a push from a handle opened for it (a CLI call: open, then push)
+        src.append(
+            cj.Entry(
+                thread_id="main",
+                type=cj.EntryType.USER_MESSAGE,
+                message=cj.Message(role="user", content=text + " again"),
+            )
+        )
+        fresh = S3Store.from_url(url, create=False, **options)
+        opened = fresh.bucket.stats.snapshot()
+        report, seconds = timed_sync(src, cj.Journal(fresh))
+        cli = requests_since(fresh, {})
+        rows.append(
+            Row(
+                "one new entry, then push from a new handle (open included)",
+                seconds,
+                cli,
+                report.objects_copied,
+            )
+        )
+        print("push from a new handle:", describe(cli), f"(opening: {request_total(opened)})")
+        fresh.close()
+
+        # clone: the bucket into an empty local store
+        remote = S3Store.from_url(url, create=False, **options)
+        clone = cj.Journal.open(work / "clone", durable=True)
+        before = remote.bucket.stats.snapshot()
+        report, seconds = timed_sync(cj.Journal(remote), clone)
+        cloned = requests_since(remote, before)
+        rows.append(
+            Row(
+                "clone of the bucket into an empty local store",
+                seconds,
+                cloned,
+                report.objects_copied,
+                "<= 10 s",
+            )
+        )
+        print("clone:", describe(cloned))
+        remote.close()
+
+        # cold read of the newest entries of the main thread, straight from the bucket
+        cold = S3Store.from_url(url, create=False, **options)
+        before = cold.bucket.stats.snapshot()
+        start = time.perf_counter()
+        read = list(cj.Journal(cold).iter_path("main", limit=args.read_entries))
+        seconds = time.perf_counter() - start
+        assert all(entry.message is not None for entry in read)
+        counts = requests_since(cold, before)
+        rows.append(
+            Row(
+                f"cold read of {len(read)} entries of a thread from the bucket",
+                seconds,
+                counts,
+                len(read),
+                "<= 50 requests",
+            )
+        )
+        print("cold read:", describe(counts))
+        ok = fsck(cold).ok
+        cold.close()
+
+        print()
+        print("| step | objects | seconds | S3 requests | bytes sent | bytes received | goal |")
+        print("|---|---|---|---|---|---|---|")
+        for row in rows:
+            print("| " + " | ".join(row.cells()) + " |")
+        print()
+        print(f"fsck of the bucket: {ok}; fsck of the clone: {fsck(clone.store).ok}")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        clone.close()
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

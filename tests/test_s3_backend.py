@@ -30,7 +30,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from s3_server import PREFIX, S3Server
 
-from cas_journal.backends import open_store
+from cas_journal.backends import new_object, open_store
 from cas_journal.backends.s3 import S3Store
 from cas_journal.backends.s3.keys import decode_ordered, encode_ordered
 from cas_journal.backends.s3.objects import _waves
@@ -515,9 +515,21 @@ def test_gc_grace_period_covers_written_and_freshened_objects(store: S3Store) ->
     assert freshened is not None and freshened >= written + 2
     grace = timedelta(hours=1)
     report = gc(store, grace=grace, now=datetime.fromtimestamp(written + 1, UTC) + grace)
-    assert not store.objects.has(old)  # older than the grace period: collected
-    assert store.objects.get(reused) == (Kind.BLOB, b"reused later")  # freshened: kept
     assert report.kept_young_objects == 1
+    assert report.condemned_objects == 1 and report.deleted_objects == 0
+    # condemned: still readable, but no writer may rely on it any more
+    assert store.objects.get(old) == (Kind.BLOB, b"old garbage")
+    assert store.objects.missing([old, reused]) == {old}
+    assert store.objects.freshen([old, reused]) == {old}
+    assert store.objects.get(reused) == (Kind.BLOB, b"reused later")  # freshened: kept
+    # one grace period after its condemnation, the next gc deletes it for good
+    later = datetime.fromtimestamp(time.time() + 5, UTC) + grace
+    report = gc(store, grace=grace, now=later)
+    assert report.deleted_objects == 1
+    assert not store.objects.has(old)
+    with pytest.raises(ObjectNotFound):
+        store.objects.get(old)
+    assert store.objects.get(reused) == (Kind.BLOB, b"reused later")  # condemned now
 
 
 def test_put_many_uploads_referenced_objects_first() -> None:
@@ -530,9 +542,9 @@ def test_put_many_uploads_referenced_objects_first() -> None:
         parent = object_id(Kind.MESSAGE, node.body())
     items = [*blobs, *chain, blobs[0]]
     oids = [object_id(kind, body) for kind, body in items]
-    waves = _waves(oids, items)
+    waves = _waves([new_object(kind, body) for kind, body in items])
     assert [len(w) for w in waves] == [4, 1, 1, 1, 1]  # blobs together, then the chain
-    position = {oid: i for i, wave in enumerate(waves) for oid, _, _ in wave}
+    position = {obj.oid: i for i, wave in enumerate(waves) for obj in wave}
     for oid, (kind, body) in zip(oids, items, strict=True):
         if kind is Kind.MESSAGE:
             node = MessageNode.parse(body)
@@ -549,8 +561,18 @@ def test_put_many_in_parallel_stores_everything_once(store: S3Store) -> None:
     assert sorted(store.objects.iter_oids()) == sorted(set(oids))
     assert store.objects.missing(oids) == set()
     frames = {oid: ObjectCodec().encode(k, b)[1] for oid, (k, b) in zip(oids, items, strict=True)}
+    usage = store.objects.usage()  # 50 objects at once: one pack, no loose keys
+    assert (usage["loose_objects"], usage["packs"]) == (0, 1)
+    read = {oid: (kind, body) for oid, kind, body in store.objects.get_many(oids[:50])}
+    assert read == dict(zip(oids[:50], items[:50], strict=True))
+    few = store.objects.put_many(items[:3])  # a small write: loose keys
+    assert store.objects.usage()["loose_objects"] == 0  # already packed: nothing new
+    small = [(Kind.BLOB, b"loose %d" % i) for i in range(3)]
+    loose = store.objects.put_many(small)
     usage = store.objects.usage()
-    assert usage["loose_objects"] == 50
-    assert usage["loose_bytes"] == sum(len(frame) for frame in frames.values())
-    assert store.objects.stored_size(oids[0]) == len(frames[oids[0]])
+    assert (usage["loose_objects"], usage["packs"]) == (3, 1)
+    loose_frames = [ObjectCodec().encode(kind, body)[1] for kind, body in small]
+    assert usage["loose_bytes"] == sum(len(frame) for frame in loose_frames)
+    assert store.objects.stored_size(loose[0]) == len(loose_frames[0])
+    assert few == oids[:3] and len(frames) == 50
     assert elapsed < 30

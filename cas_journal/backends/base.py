@@ -88,6 +88,10 @@ class Capabilities:
     stored_copies: bool = False
     """The backend keeps copies it can scan, verify, repack and sweep itself (loose
     copies and packs): pack, gc and fsck use ``Store.stored_copies`` for them."""
+    condemns_packs: bool = False
+    """gc deletes in two phases (``backends.condemned``): garbage is first copied into a
+    condemned pack and deleted one grace period later; ``Store.stored_copies`` is then
+    also a ``CondemnedPacks``. For stores shared by processes gc cannot pause (S3)."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,11 @@ class RefStore(abc.ABC):
     @abc.abstractmethod
     def rewrite_reflog(self, name: str, keep: Callable[[ReflogEntry], bool]) -> int:
         """Drop reflog lines for which ``keep`` is False; return how many were dropped."""
+
+    def expire_tombstones(self, older_than: float) -> int:
+        """Remove markers of refs deleted before ``older_than`` (unix seconds), for
+        backends that keep such markers (S3); return how many went. The default: none."""
+        return 0
 
 
 def apply_index_update(refs: RefStore, update: IndexUpdate) -> None:

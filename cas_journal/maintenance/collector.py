@@ -31,9 +31,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from ..backends import Store
+from ..backends.condemned import CondemnedPacks
 from ..backends.copies import StoredCopies
 from ..errors import JournalError
 from ..objects import Kind
+from .condemning import sweep as condemning_sweep
 from .reports import GcReport, Progress
 from .sweep import delete_referencing_first, sweep
 from .walk import ROOT_PREFIXES, roots, walk
@@ -123,7 +125,20 @@ def gc(
         with copies.maintenance_lock(), pause:
             if not dry_run:
                 copies.begin_collection()  # before anything is read
-            report = _collect(store, copies, now, reflog_expiry, young_after, dry_run, progress)
+            if isinstance(copies, CondemnedPacks) and store.capabilities.condemns_packs:
+                report = _condemn(
+                    store,
+                    copies,
+                    copies,
+                    now,
+                    reflog_expiry,
+                    young_after,
+                    dry_run,
+                    prune_now,
+                    progress,
+                )
+            else:
+                report = _collect(store, copies, now, reflog_expiry, young_after, dry_run, progress)
     else:
         report = _collect(store, None, now, reflog_expiry, young_after, dry_run, progress)
     report.seconds = round(time.monotonic() - started, 3)
@@ -187,6 +202,47 @@ def _collect(
         )
         report.deleted_objects -= len(spared)
         report.kept_young_objects += len(spared)
+    return report
+
+
+def _condemn(
+    store: Store,
+    copies: StoredCopies,
+    condemned: CondemnedPacks,
+    now: datetime,
+    reflog_expiry: timedelta,
+    young_after: float,
+    dry_run: bool,
+    prune_now: bool,
+    progress: Progress | None,
+) -> GcReport:
+    """gc on a store that deletes in two phases (``condemning``): garbage is condemned,
+    condemned packs older than the grace period go (with ``prune_now``, at once)."""
+    report = GcReport(dry_run=dry_run)
+    report.reflog_entries_expired = expire_reflogs(store, now - reflog_expiry, dry_run)
+    unreadable: dict[str, Kind] = {}
+    reachable = mark(store, now - reflog_expiry, progress, unreadable)
+    report.reachable_objects = len(reachable)
+    report.unreadable_reachable_objects = len(unreadable)
+    scanned = _scan(copies, reachable)
+    young = (oid for oid, written in scanned.ages.items() if written >= young_after)
+    protected = protect_young(store, young, reachable)
+    report.unreachable_objects = len(scanned.ages)
+    report.kept_young_objects = sum(1 for oid in scanned.ages if bytes.fromhex(oid) in protected)
+    if any(kind is not Kind.BLOB for kind in unreadable.values()):
+        report.kept_for_damage = True  # what the unreadable objects reference is unknown
+        return report
+    result = condemning_sweep(
+        store, copies, condemned, reachable | protected, young_after, dry_run, progress, prune_now
+    )
+    report.condemned_objects = result.condemned_objects
+    report.deleted_objects = result.deleted_objects
+    report.deleted_bytes = result.deleted_bytes
+    report.packs_rewritten = result.packs_rewritten
+    report.packs_removed = result.packs_removed
+    if not dry_run:
+        report.temp_files_removed = copies.remove_leftovers(young_after)
+        report.tombstones_removed = store.refs.expire_tombstones((now - reflog_expiry).timestamp())
     return report
 
 

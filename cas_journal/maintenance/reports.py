@@ -48,6 +48,11 @@ class GcReport(BaseModel):
     ``fsck --repair-from REPLICA``)."""
     temp_files_removed: int = 0
     """Temp files left by killed writers, older than the grace period (local stores)."""
+    condemned_objects: int = 0
+    """Garbage moved into a condemned pack, deleted by a gc one grace period later
+    (stores that delete in two phases: S3)."""
+    tombstones_removed: int = 0
+    """Markers of refs deleted longer ago than the reflog expiry (S3)."""
     seconds: float = 0.0
 
 

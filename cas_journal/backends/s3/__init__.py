@@ -6,10 +6,15 @@ import boto3. The server must honour conditional writes (``If-None-Match: *`` an
 
 Design in brief (details in each module):
 
-* objects: one key per object, ``objects/<oid[:2]>/<oid[2:]>``, holding the codec's zstd
-  frame; put = plain PutObject (rewriting an existing object freshens it for gc's grace
-  period); parallel uploads that never store an object before the objects it references
-  (objects.py);
+* objects: packs (the local store's pack format) listed by a manifest that every writer
+  changes with conditional writes, plus loose keys ``objects/<oid[:2]>/<oid[2:]>`` for
+  small writes, uploaded in waves that never store an object before the objects it
+  references (objects.py, packset.py, manifest.py); reads through cached pack indexes
+  and growing ranged GETs (ranges.py);
+* pack, gc and fsck on a bucket (copies.py): gc deletes in two phases, through
+  condemned packs, so it is safe while other clients write; one maintenance run at a
+  time holds a lease (lease.py); the rule is in ``backends.condemned`` and
+  ``docs/format.md``;
 * refs: one key per ref; compare-and-swap = read value and ETag, then PutObject with
   ``If-Match`` (``If-None-Match: *`` to create); delete = a conditional *tombstone* write,
   not a conditional DELETE, which many servers ignore (refs.py);

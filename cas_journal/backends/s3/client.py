@@ -234,6 +234,16 @@ def _body_size(body: Any) -> int:
         return 0
     if isinstance(body, bytes | bytearray | memoryview):
         return len(body)
+    seek, tell = getattr(body, "seek", None), getattr(body, "tell", None)
+    if callable(seek) and callable(tell):  # a stream botocore made of the bytes given
+        try:
+            here = int(tell())
+            seek(0, 2)
+            end = int(tell())
+            seek(here)
+            return end - here
+        except (OSError, ValueError, TypeError):
+            return 0
     try:
         return len(body)
     except TypeError:
@@ -415,6 +425,31 @@ class S3Bucket:
                 if if_match is not None and (code in _LOST or code in _NOT_FOUND):
                     raise PreconditionLost(code, _retried(exc)) from exc
                 raise
+
+    def abort_uploads(self, prefix: str, older_than: float) -> int:
+        """Abort multipart uploads under ``prefix`` started before ``older_than`` (unix
+        seconds): parts of killed writers, which S3 keeps (and bills) until aborted."""
+        aborted = 0
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            with self.errors("listing multipart uploads"):
+                response = self.client.list_multipart_uploads(**args)
+            for upload in response.get("Uploads") or []:
+                started = upload.get("Initiated")
+                if started is not None and started.timestamp() >= older_than:
+                    continue
+                with (
+                    self.errors("aborting a multipart upload"),
+                    contextlib.suppress(self._botocore.exceptions.ClientError),
+                ):
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    aborted += 1
+            if not response.get("IsTruncated"):
+                return aborted
+            args["KeyMarker"] = response.get("NextKeyMarker")
+            args["UploadIdMarker"] = response.get("NextUploadIdMarker")
 
     def upload(self, key: str, parts: Iterable[bytes], what: str) -> int:
         """Store the concatenation of ``parts`` under ``key``: one PutObject when it is

@@ -3,7 +3,11 @@
 Layout under the store's key prefix (``<prefix>/`` or nothing for a whole bucket)::
 
     FORMAT                          "cas-journal <version>"
-    objects/ab/cdef...              one object per key: its zstd frame (as the local store)
+    MANIFEST                        the live and condemned packs (manifest.py)
+    MAINTENANCE                     the lease of the one pack or gc at work (lease.py)
+    packs/pack-<40 hex>.pack|.idx   a pack's data and index (the local store's format)
+    objects/ab/cdef...              loose objects, one per key: its zstd frame (as the
+                                    local store's loose files)
     refs/<namespace>/<enc>          one ref per key (see refs.py for the body)
     logs/<namespace>/<enc>/<entry>  one reflog entry per key, ``<entry>`` = time + nonce
     hrefs/<hash>                    refs whose names are too long for a key
@@ -122,6 +126,9 @@ class Layout:
         self.prefix = prefix
         self.base = f"{prefix}/" if prefix else ""
         self.format_key = f"{self.base}FORMAT"
+        self.manifest_key = f"{self.base}MANIFEST"
+        self.lease_key = f"{self.base}MAINTENANCE"
+        self.packs = f"{self.base}packs/"
         self.objects = f"{self.base}objects/"
         self.refs = f"{self.base}refs/"
         self.logs = f"{self.base}logs/"
@@ -129,6 +136,14 @@ class Layout:
         self.hashed_logs = f"{self.base}hlogs/"
 
     # -- objects ----------------------------------------------------------------------
+
+    def pack_data_key(self, name: str) -> str:
+        """Key of a pack's data."""
+        return f"{self.packs}{name}.pack"
+
+    def pack_index_key(self, name: str) -> str:
+        """Key of a pack's index."""
+        return f"{self.packs}{name}.idx"
 
     def object_key(self, oid: str) -> str:
         """Key of the object ``oid``."""

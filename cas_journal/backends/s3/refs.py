@@ -25,8 +25,14 @@ conditional deletes reached AWS general-purpose buckets only in September 2025 a
 several S3-compatible servers accept the ``If-Match`` header on DELETE but ignore it,
 which would turn a stale delete into a silent loss. Tombstones need nothing beyond
 conditional PUTs, which compare-and-swap needs anyway, and keep the ref's reflog clock.
-Recreating a deleted ref compares against the tombstone's ETag. Tombstones are never
-removed (that would need a conditional delete); each costs one small key.
+Recreating a deleted ref compares against the tombstone's ETag. gc removes tombstones
+older than the reflog expiry (``expire_tombstones``) with a DELETE conditional on the
+tombstone's ETag, so a ref recreated meanwhile survives; on a server that ignores
+conditions on DELETE (checked once, on a scratch key) they stay, one small key each.
+
+``read_refs`` answers many names with one listing: a ref whose listed ETag equals the
+one this handle last saw is not read again (a push of one new entry reads its refs with
+one request, however many threads the bucket holds).
 """
 
 from __future__ import annotations
@@ -38,13 +44,13 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ...errors import CorruptRef
 from ...names import MAX_REF_NAME_BYTES
 from ..base import MAX_REF_VALUE_BYTES, ReflogEntry, RefStore, check_ref_value
-from .client import OversizedBody, PreconditionLost, S3Bucket
+from .client import Listed, OversizedBody, PreconditionLost, S3Bucket
 from .keys import MAX_KEY_BYTES, Layout, RefKeys
 from .reflog import S3Reflog, micros_to_time
 
@@ -120,6 +126,7 @@ class S3RefStore(RefStore):
         self._cache_lock = threading.Lock()
         self._seq = itertools.count(1)
         self._hashed_names: dict[str, str] = {}
+        self._conditional_deletes: bool | None = None
         self._local = threading.local()
 
     # -- state cache ------------------------------------------------------------------
@@ -170,6 +177,81 @@ class S3RefStore(RefStore):
     def read_ref(self, name: str) -> str | None:
         keys = self.layout.ref_keys(name)
         return self._fetch(keys).value
+
+    def read_refs(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Many refs at once: one listing of their namespaces (``refs/`` when several),
+        then a GET only for refs whose ETag differs from this handle's cached state
+        (and for names too long for a key, which listings do not show)."""
+        wanted = list(dict.fromkeys(names))
+        if len(wanted) <= 2:
+            return {name: self.read_ref(name) for name in wanted}
+        keys = {name: self.layout.ref_keys(name) for name in wanted}
+        namespaces = {name.partition("/")[0] for name, k in keys.items() if not k.hashed}
+        if len(namespaces) == 1:
+            prefix = f"{self.layout.refs}{next(iter(namespaces))}/"
+        else:
+            prefix = self.layout.refs
+        listed: dict[str, Listed] = {}
+        began = self._tick()
+        if namespaces:
+            for entry in self.bucket.list_keys(prefix, "listing refs"):
+                listed[entry.key] = entry
+        values: dict[str, str | None] = {}
+        fetch: list[RefKeys] = []
+        for name in wanted:
+            ref_keys = keys[name]
+            item = listed.get(ref_keys.ref)
+            if ref_keys.hashed:
+                fetch.append(ref_keys)
+            elif item is None:
+                values[name] = None  # no key: never written
+                self._remember(name, ABSENT, began)
+            else:
+                cached = self._cached(name)
+                if cached is not None and cached.etag == item.etag and item.etag:
+                    values[name] = cached.value
+                else:
+                    fetch.append(ref_keys)
+        for ref_keys, state in zip(fetch, self.bucket.map(self._fetch, fetch), strict=True):
+            values[ref_keys.name] = state.value
+        return {name: values[name] for name in wanted}
+
+    def expire_tombstones(self, older_than: float) -> int:
+        """Delete tombstones (deleted refs) last written before ``older_than`` (unix
+        seconds), each with a DELETE conditional on the tombstone's ETag, so a ref
+        recreated meanwhile is never deleted. Servers that ignore conditions on DELETE
+        are not asked (``conditional_deletes``). Returns how many went."""
+        if not self.conditional_deletes():
+            return 0
+        removed = 0
+        for base in (self.layout.refs, self.layout.hashed_refs):
+            for item in self.bucket.list_keys(base, "listing refs"):
+                if item.size != TOMBSTONE_SIZE or item.modified >= older_than or not item.etag:
+                    continue
+                try:
+                    self.bucket.delete(item.key, "removing a tombstone", if_match=item.etag)
+                except PreconditionLost:
+                    continue  # recreated meanwhile
+                removed += 1
+        with self._cache_lock:
+            self._cache.clear()
+        return removed
+
+    def conditional_deletes(self) -> bool:
+        """True if the server honours ``If-Match`` on DELETE (checked once per handle on a
+        scratch key: a wrong ETag must be refused)."""
+        if self._conditional_deletes is None:
+            key = f"{self.layout.base}PROBE-{secrets.token_hex(8)}"
+            self.bucket.put(key, b"probe", "checking conditional deletes")
+            try:
+                self.bucket.delete(key, "checking conditional deletes", if_match='"0"')
+                honoured = False
+            except PreconditionLost:
+                honoured = True
+            finally:
+                self.bucket.delete(key, "checking conditional deletes")
+            self._conditional_deletes = honoured
+        return self._conditional_deletes
 
     def set_if_equals(
         self, name: str, old: str | None, new: str | None, reason: str = "", log: bool = True

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from ...errors import InvalidInputError, StorageError, StoreFormatError
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
-from ..base import Store
+from ..base import Capabilities, Store
 from .client import (
     DEFAULT_WORKERS,
     AccessDenied,
@@ -26,6 +26,7 @@ from .client import (
     S3Bucket,
     make_client,
 )
+from .copies import S3StoredCopies
 from .keys import Layout
 from .objects import S3ObjectStore
 from .refs import S3RefStore
@@ -46,11 +47,17 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 class S3Store(Store):
     """A store in an S3-compatible bucket (AWS S3, MinIO, R2, ...), under a key prefix.
 
+    Objects live in packs listed by a manifest plus loose keys (``objects``); pack, gc
+    and fsck work through ``stored_copies``, and gc deletes in two phases (condemned
+    packs, see ``backends.condemned``) so it is safe while other clients write.
+
     ``client`` may be a ready boto3 S3 client; otherwise one is made from
     ``endpoint_url``, ``region_name`` and ``client_options`` (passed to
     ``boto3.client``), falling back to the standard ``AWS_*`` environment variables.
     ``durable`` is accepted for symmetry: an acknowledged S3 PUT is already durable.
     """
+
+    capabilities = Capabilities(object_times=True, stored_copies=True, condemns_packs=True)
 
     def __init__(
         self,
@@ -86,6 +93,7 @@ class S3Store(Store):
         codec = ObjectCodec(max_object_size=max_object_size)
         self.objects: S3ObjectStore = S3ObjectStore(self.bucket, self.layout, codec)
         self.refs: S3RefStore = S3RefStore(self.bucket, self.layout)
+        self.stored_copies: S3StoredCopies = S3StoredCopies(self.objects)
 
     @classmethod
     def from_url(
