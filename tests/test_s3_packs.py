@@ -12,11 +12,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from copies_contract import StoredCopiesContract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s3_server import PREFIX, S3Server
 
 import cas_journal as cj
+from cas_journal.backends import Store
 from cas_journal.backends.s3 import S3Store
 from cas_journal.backends.s3.manifest import ManifestError, decode_manifest
 from cas_journal.journal.refnames import thread_ref
@@ -364,3 +366,27 @@ def test_a_push_killed_midway_resumes_and_its_debris_goes(
     finally:
         partial.close()
         src.close()
+
+
+class TestS3StoredCopies(StoredCopiesContract):
+    """Loose keys and packs listed by the manifest."""
+
+    @pytest.fixture
+    def store(self, s3: S3Server) -> Iterator[S3Store]:
+        self.s3 = s3
+        opened = s3.open(s3.new_bucket())
+        yield opened
+        opened.close()
+
+    def reopen(self, store: Store) -> Store:
+        assert isinstance(store, S3Store)
+        return reopen(self.s3, store)
+
+    def damage_loose(self, store: Store, oid: str) -> None:
+        assert isinstance(store, S3Store)
+        bucket = store.url.removeprefix("s3://").split("/")[0]
+        key = f"{PREFIX}/objects/{oid[:2]}/{oid[2:]}"
+        raw = self.s3.raw()
+        data = bytearray(raw.get_object(Bucket=bucket, Key=key)["Body"].read())
+        data[len(data) // 2] ^= 0x5A
+        raw.put_object(Bucket=bucket, Key=key, Body=bytes(data))
