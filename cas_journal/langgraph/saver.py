@@ -554,8 +554,11 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         objects = self.journal.store.objects
         for ref, head in heads.items():
             with self.records.updating(ref), objects.write_guard():
-                objects.freshen([head])  # linked again: a running gc must keep it
-                if not self._set_ref(ref, None, head, f"copy of {source}"):
+                # the head goes into the commit again: stored anew it is young, so a running
+                # gc keeps it and what it references, and the swap is still one commit
+                kind, body = objects.get(head)
+                update = RefUpdate(ref, None, head, f"copy of {source}", True)
+                if not self.records.commit([NewObject(head, kind, body)], update):
                     raise ThreadExists(f"thread {target!r} got checkpoints meanwhile; copy stopped")
 
     def _rewrite(self, ref: str, keep: Callable[[ChainIndex], Sequence[str]], reason: str) -> None:
