@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +16,7 @@ from store_helpers import corrupt_row, delete_row, frame_of, row_oids, set_frame
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, Store
+from cas_journal.backends.local.database import DATABASE_FILE
 from cas_journal.backends.local.packs import LocalPack, PackedObject, write_pack
 from cas_journal.maintenance import fsck, gc, pack, stats
 from cas_journal.objects import Kind, ObjectCodec, canonical_json
@@ -79,6 +82,14 @@ def test_pack_keeps_everything_readable_and_shrinks(j):
     assert snapshot(again) == before
     assert fsck(again.store).ok
     assert pack(again.store).objects == 0  # nothing left to do
+
+
+def test_pack_gives_the_database_pages_of_packed_rows_back(j):
+    build(j)
+    database = j.store.root / DATABASE_FILE
+    pack(j.store)
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
 
 
 def test_small_objects_compress_far_better_packed_than_one_frame_each(j):

@@ -501,7 +501,8 @@ class LocalObjectStore(ObjectStore):
         conn = self.db.connection()
         with contextlib.suppress(sqlite3.Error):
             if conn.execute("PRAGMA freelist_count").fetchone()[0]:
-                conn.execute("PRAGMA incremental_vacuum").fetchall()
+                # executescript steps the pragma to its end; execute() would free one page
+                conn.executescript("PRAGMA incremental_vacuum")
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         self.keep_reserve()
