@@ -145,7 +145,8 @@ def single_appends(name: str, root: Path, messages: Sequence[wl.Msg]) -> dict[st
 
 def threaded_appends(name: str, root: Path, per_thread: int, writers: int = 4) -> dict[str, Any]:
     """``writers`` threads of this process, each appending to its own thread."""
-    systems = [_open(name, root) for _ in range(writers if name == "sqlite" else 1)]
+    systems = [_open(name, root)]
+    own = name == "sqlite"  # a connection per thread, opened in that thread
     try:
         messages = small_messages(per_thread, "w")
         for k in range(writers):
@@ -155,13 +156,16 @@ def threaded_appends(name: str, root: Path, per_thread: int, writers: int = 4) -
         errors: list[BaseException] = []
 
         def work(k: int) -> None:
-            system = systems[k % len(systems)]
+            system = _open(name, root) if own else systems[0]
             barrier.wait()
             try:
                 for msg in messages:
                     system.append(f"w{k}", msg)
             except BaseException as exc:  # reported, not raised in a thread
                 errors.append(exc)
+            finally:
+                if own:
+                    system.close()
 
         workers = [threading.Thread(target=work, args=(k,)) for k in range(writers)]
         for worker in workers:

@@ -946,3 +946,46 @@ def test_deleting_every_other_file_never_lets_gc_past_a_writer(tmp_path):
     assert waited.wait(30)  # and gets in once the writer is gone
     pruner.join()
     other.close()
+
+
+def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
+    """A thread of the store's own checkpoints the WAL every CHECKPOINT_EVERY writes (so no
+    commit pays for a checkpoint's syncs): with SQLite's automatic checkpoint off, the WAL
+    still stays small, and closing the store stops the thread."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local import database
+
+    monkeypatch.setattr(database, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(database, "AUTOCHECKPOINT_PAGES", 0)  # 0: SQLite never checkpoints
+    store = LocalStore(tmp_path / "s", durable=False)
+    old = None
+    seen = 0
+    for i in range(600):
+        blob = new_object(Kind.BLOB, b"%d" % i * 300)
+        assert store.commit([blob], RefUpdate("threads/t", old, blob.oid))
+        old = blob.oid
+        if i % 100 == 99:  # let the checkpointer keep up on a loaded machine
+            deadline = time.monotonic() + 10
+            while store.db.checkpointer.checkpoints <= seen:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            seen = store.db.checkpointer.checkpoints
+    assert seen >= 6
+    deadline = time.monotonic() + 10
+    while store.db.checkpointer.checkpoints <= seen:  # a background checkpoint, then
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for i in range(2):  # a write that copies what it left, and one that starts the WAL over
+        blob = new_object(Kind.BLOB, b"last %d" % i)
+        assert store.commit([blob], RefUpdate("threads/t", old, blob.oid))
+        old = blob.oid
+    with sqlite3.connect(store.root / "store.db") as raw:
+        _, frames, _ = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    raw.close()
+    assert frames < 50  # never started over: about 3,000 frames (600 commits)
+    thread = store.db.checkpointer._thread
+    assert thread is not None and thread.is_alive()
+    store.close()
+    assert not thread.is_alive()
+    with LocalStore(tmp_path / "s", durable=False, create=False) as again:
+        assert again.refs.read_ref("threads/t") == old

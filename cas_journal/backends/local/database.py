@@ -25,6 +25,16 @@ killed process; the WAL is synced only at checkpoints). A child process made by 
 never touches its parent's connections (SQLite forbids it): they are kept referenced, so
 that the garbage collector never closes them, and the child opens its own.
 
+Checkpoints: copying the WAL into ``store.db`` syncs both files (also with
+``synchronous=NORMAL``), which costs tens of milliseconds on a busy disk. SQLite would do
+it inside the COMMIT of whichever write crosses its threshold, so one commit in a hundred
+paid for all of them. Instead a thread of the process's own (``Checkpointer``, started on
+demand, one per open store) runs a passive checkpoint after every ``CHECKPOINT_EVERY``
+write transactions, beside the commits (a passive checkpoint never blocks a writer);
+the next write of the process then copies the few frames committed meanwhile (a small
+checkpoint; SQLite starts the WAL over only when a write finds every frame copied).
+SQLite's automatic checkpoint stays as a backstop at ``AUTOCHECKPOINT_PAGES``.
+
 Errors: SQLite's busy handler waits up to ``BUSY_TIMEOUT`` seconds for another process's
 write lock; after that, and for every other failure, the caller gets a JournalError with
 one line (``database_errors``): ConflictError when the database stayed locked (nothing of
@@ -72,6 +82,10 @@ CACHE_KIB = 8192
 """Page cache per connection (KiB)."""
 WAL_LIMIT = 64 * 1024 * 1024
 """The WAL is truncated to this size after a checkpoint that emptied it."""
+CHECKPOINT_EVERY = 128
+"""Write transactions of one process between two background checkpoints."""
+AUTOCHECKPOINT_PAGES = 16384
+"""SQLite's own checkpoint inside a COMMIT, only if the background ones fall behind."""
 
 SCHEMA = (
     (
@@ -178,6 +192,78 @@ FileIds = tuple[tuple[int, int] | None, tuple[int, int] | None]
 """(device, inode) of ``-wal`` and ``-shm`` (None: absent)."""
 
 
+class Checkpointer:
+    """A thread that runs passive checkpoints of one database when asked (see the module
+    docstring). Best effort: a failed checkpoint is left for the next one, or SQLite's."""
+
+    def __init__(self, path: Path, durable: bool) -> None:
+        self.path = path
+        self.durable = durable
+        self.checkpoints = 0
+        """Checkpoints run (for tests and benchmarks)."""
+        self.finish_wanted = False
+        """A background checkpoint ran: the next writer finishes it (see ``finish``)."""
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def request(self) -> None:
+        """Ask for a checkpoint soon (starts the thread on first use)."""
+        with self._guard:
+            if self._stopping:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"checkpointer {self.path}", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    if conn is None:
+                        conn = connect(self.path, self.durable)
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoints += 1
+                    self.finish_wanted = True
+                except sqlite3.Error:
+                    if conn is not None:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        """After a background checkpoint, copy the few frames committed while it ran,
+        from the writer's own connection between two of its transactions: SQLite starts
+        the WAL over only at a write that finds every frame copied, which a checkpoint
+        running beside continuous commits never leaves behind. Costs a small checkpoint's
+        two syncs once per ``CHECKPOINT_EVERY`` writes."""
+        self.finish_wanted = False
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint it is running, if any)."""
+        with self._guard:
+            self._stopping = True
+            thread, self._thread = self._thread, None
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
 class Database:
     """The store's database file: a connection per thread and the transactions on it."""
 
@@ -190,6 +276,8 @@ class Database:
         self._files: dict[int, FileIds] = {}
         """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._guard = threading.Lock()
+        self._writes = 0
+        self.checkpointer = Checkpointer(path, durable)
         _OPEN.add(self)
 
     def file_ids(self) -> FileIds:
@@ -275,10 +363,13 @@ class Database:
         self._connections = []
         self._local = threading.local()
         self._guard = threading.Lock()
+        self.checkpointer = Checkpointer(self.path, self.durable)  # the thread stayed behind
 
     def close(self) -> None:
         """Close every connection opened so far (a later call opens a new one: the
         store stays usable, as a closed file store did)."""
+        self.checkpointer.close()
+        self.checkpointer = Checkpointer(self.path, self.durable)  # the store stays usable
         with self._guard:
             connections, self._connections = self._connections, []
             files, self._files = self._files, {}
@@ -350,6 +441,11 @@ class Database:
                         conn.execute("ROLLBACK")
                 raise
         self._check_files(conn, what, after_commit=True)
+        self._writes += 1
+        if self.checkpointer.finish_wanted:
+            self.checkpointer.finish(conn)
+        elif self._writes % CHECKPOINT_EVERY == 0:
+            self.checkpointer.request()
         return result
 
 
@@ -375,6 +471,7 @@ def connect(path: Path, durable: bool, read_only: bool = False) -> sqlite3.Conne
         conn.execute("PRAGMA trusted_schema=OFF")
         if not read_only:
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
     except BaseException:
         conn.close()
         raise
