@@ -144,6 +144,13 @@ def _one_line(text: object) -> str:
     return line[:200]
 
 
+def _urllib3_errors() -> type[Exception]:
+    import urllib3.exceptions  # botocore's HTTP layer: present wherever botocore is
+
+    error: type[Exception] = urllib3.exceptions.HTTPError
+    return error
+
+
 @contextlib.contextmanager
 def translate_errors(what: str, bucket: str) -> Iterator[None]:
     """Turn botocore exceptions into StorageError with a one-line message."""
@@ -166,6 +173,10 @@ def translate_errors(what: str, bucket: str) -> Iterator[None]:
         raise StorageError(f"{what} failed: {_one_line(exc)}") from exc
     except botocore.exceptions.BotoCoreError as exc:
         raise StorageError(f"{what} failed: {_one_line(exc)}") from exc
+    except _urllib3_errors() as exc:
+        # botocore reads the body of an error answer (and of every answer that is not a
+        # stream, e.g. a listing) without wrapping a connection dropped meanwhile
+        raise StorageError(f"{what} failed: connection broken: {_one_line(exc)}") from exc
 
 
 @dataclass(frozen=True)

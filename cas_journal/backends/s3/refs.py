@@ -14,8 +14,10 @@ False is returned only on a state observed *during* the call (a read made by the
 a write another thread of this process committed meanwhile), never on a stale cache, so
 the answer is linearizable. When botocore had to retry the write, a refusal may hide our
 own earlier success: the ref is re-read and the write counts as done if it carries our
-nonce. Threads of one process updating one ref take turns (a striped lock held around
-writes, never around reads), and a thread that keeps losing backs off (it waits for the
+nonce, or, if another writer has moved the ref on since, if the reflog shows an update
+from our value after ours (unlogged refs cannot tell: their write counts as lost).
+Threads of one process updating one ref take turns (a striped lock held around writes,
+never around reads), and a thread that keeps losing backs off (it waits for the
 write in flight, then sleeps a jittered exponential time), as AWS advises for 412/409
 contention. Processes rely on S3's conditions alone. A process-local lock and a boto3
 client do not survive ``fork``: open stores after forking.
@@ -320,6 +322,8 @@ class S3RefStore(RefStore):
         except PreconditionLost as lost:
             if self._fetch(keys).nonce == nonce:
                 return True  # our write landed; only its answer was lost and retried
+            if lost.retried and log_key is not None and self._moved_on_from(keys, new, micros):
+                return True  # it landed, then another writer moved the ref on from it
             if log_key is not None and not lost.retried:
                 self.log.discard(log_key)
             if lost.code in _CONFLICT_CODES:
@@ -327,6 +331,14 @@ class S3RefStore(RefStore):
             return False
         self._remember(keys.name, RefState(etag, new, nonce, micros), sent)
         return True
+
+    def _moved_on_from(self, keys: RefKeys, value: str | None, micros: int) -> bool:
+        """True if a logged update replaced ``value`` written at ``micros``: a writer that
+        read our version logs it as its ``old``, with a later time (times of one ref
+        increase from the version read), before writing. How a retried write that was
+        refused tells "landed, then overtaken" from "never landed"."""
+        written = micros_to_time(micros)
+        return any(e.old == value and e.time > written for e in self.log.read(keys))
 
     def _pace(self, name: str, won: bool) -> None:
         """Back off a thread that keeps losing races: wait for a write of this ref that
