@@ -349,6 +349,36 @@ def test_write_that_landed_and_was_overtaken_before_its_retry_is_not_repeated(
         assert fsck(reader.store).ok
 
 
+def test_maintenance_lease_taken_or_renewed_with_its_answer_lost_is_still_held(
+    proxy: FaultProxy, s3_server: S3Server
+) -> None:
+    """Taking the lease lands but its answer is lost; the retry of the create meets our
+    own lease (412). The taker must see that the lease is its own, not wait for it to
+    expire (ten minutes); a renewal in the same situation must not report the lease lost."""
+    bucket = s3_server.new_bucket()
+    with cj.Journal(through(proxy, s3_server, bucket)) as j:
+        j.create_thread(cj.ThreadMeta(id="t"))
+        j.append(user_entry("t", "before"))
+        lease = j.store.stored_copies.lease
+        fault = rule(
+            "error_after", "PUT", path="/MAINTENANCE", limit=1, status=500, code="InternalError"
+        )
+        proxy.set_rules(fault)
+        started = time.monotonic()
+        assert lease.take(wait=True)
+        assert time.monotonic() - started < 60  # a wait for expiry would take 600 s
+        assert proxy.injected("error_after") == 1
+        proxy.set_rules(fault)
+        lease.renew()
+        assert proxy.injected("error_after") == 1
+        assert not lease.lost
+        lease.check()
+        lease.release()
+        proxy.set_rules()
+        assert lease.take(wait=False)  # released: free to take again
+        lease.release()
+
+
 def test_write_refused_every_time_changes_nothing(proxy: FaultProxy, s3_server: S3Server) -> None:
     bucket = s3_server.new_bucket()
     with cj.Journal(through(proxy, s3_server, bucket)) as j:

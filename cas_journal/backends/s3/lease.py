@@ -44,19 +44,21 @@ class MaintenanceLease:
         self._nonce = ""
         self._lock = threading.Lock()
 
-    def _read(self) -> tuple[str | None, float, float]:
-        """``(etag, expires, server time)`` of the current lease (etag None: no key)."""
+    def _read(self) -> tuple[str | None, float, float, str]:
+        """``(etag, expires, server time, owner)`` of the current lease (etag None: no
+        key; owner "" when unreadable)."""
         try:
             found = self.bucket.fetch(self.layout.lease_key, "reading the maintenance lease", 4096)
         except OversizedBody:
-            return None, 0.0, time.time()
+            return None, 0.0, time.time(), ""
         if found is None:
-            return None, 0.0, time.time()
+            return None, 0.0, time.time(), ""
         try:
-            expires = float(json.loads(found.body)["expires"])
+            lease = json.loads(found.body)
+            expires, owner = float(lease["expires"]), lease["owner"]
         except (ValueError, KeyError, TypeError):
-            expires = 0.0  # unreadable: treat as expired
-        return found.etag, expires, found.server_time
+            return found.etag, 0.0, found.server_time, ""  # unreadable: treat as expired
+        return found.etag, expires, found.server_time, owner if isinstance(owner, str) else ""
 
     def _body(self, nonce: str, expires: float) -> bytes:
         return json.dumps({"owner": nonce, "expires": round(expires, 3)}).encode()
@@ -65,7 +67,12 @@ class MaintenanceLease:
         """Take the lease (waiting for the holder's to end if ``wait``)."""
         nonce = secrets.token_hex(16)
         while True:
-            etag, expires, now = self._read()
+            etag, expires, now, owner = self._read()
+            if etag is not None and owner == nonce and expires > now:
+                # our write landed but its answer was lost (the retry was refused)
+                with self._lock:
+                    self._etag, self._nonce, self.lost = etag, nonce, False
+                return True
             if etag is None or expires <= now:
                 try:
                     new = self.bucket.put(
@@ -90,7 +97,7 @@ class MaintenanceLease:
             etag = self._etag
         if etag is None:
             return
-        _, _, now = self._read()
+        _, _, now, _ = self._read()
         try:
             new = self.bucket.put(
                 self.layout.lease_key,
@@ -99,8 +106,10 @@ class MaintenanceLease:
                 if_match=etag,
             )
         except PreconditionLost:
-            with self._lock:
-                self.lost, self._etag = True, None
+            current, expires, now, owner = self._read()
+            mine = current is not None and owner == self._nonce and expires > now
+            with self._lock:  # ours still (an answer lost, the retry refused) or lost
+                self.lost, self._etag = (False, current) if mine else (True, None)
             return
         with self._lock:
             self._etag = new
