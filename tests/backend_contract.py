@@ -196,6 +196,14 @@ class StoreContract:
             assert store.refs.read_ref(f"threads/{name}") == f"v{i}"
         assert store.refs.list_refs("threads/") == sorted(f"threads/{n}" for n in HOSTILE_NAMES)
 
+    def test_read_refs_agrees_with_read_ref(self, store):
+        names = [f"threads/{name}" for name in HOSTILE_NAMES]
+        for i, name in enumerate(names[::2]):
+            assert store.refs.set_if_equals(name, None, f"v{i}")
+        wanted = [*names, "threads/absent", names[0]]
+        assert store.refs.read_refs(wanted) == {name: store.refs.read_ref(name) for name in wanted}
+        assert store.refs.read_refs([]) == {}
+
     @pytest.mark.parametrize(
         "bad", ["threads/", "threads/a\0b", "", "noslash", "Bad/x", "x" * 3000]
     )

@@ -989,3 +989,17 @@ def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
     assert not thread.is_alive()
     with LocalStore(tmp_path / "s", durable=False, create=False) as again:
         assert again.refs.read_ref("threads/t") == old
+
+
+def test_read_refs_reads_many_names_in_chunks(tmp_path, monkeypatch):
+    from cas_journal.backends.local import refs as local_refs
+
+    monkeypatch.setattr(local_refs, "_REFS_PER_QUERY", 3)
+    store = LocalStore(tmp_path / "s", durable=False)
+    names = [f"threads/t{i}" for i in range(10)]
+    for i, name in enumerate(names[:7]):
+        assert store.refs.set_if_equals(name, None, f"v{i}")
+    found = store.refs.read_refs(reversed(names))
+    assert found == {name: (f"v{i}" if i < 7 else None) for i, name in enumerate(names)}
+    with pytest.raises(ValueError):
+        store.refs.read_refs(["threads/ok", "Bad/x"])

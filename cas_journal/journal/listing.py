@@ -10,13 +10,18 @@ stays local, and fsck names it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..backends import Store
 from ..errors import JournalError
 from ..objects import Kind, ThreadStateNode, is_oid, parse_time
 from .refnames import INDEX_PREFIX, THREAD_PREFIX, index_key, thread_id_from_index
+
+FIRST_PAGE = 50
+"""Threads read in one pass at first (a caller that stops early reads no more)..."""
+LARGEST_PAGE = 1000
+"""... doubling up to this many while the caller keeps reading."""
 
 
 @dataclass(frozen=True)
@@ -35,25 +40,49 @@ class ListedThread:
         return self.state is not None and self.state.meta.get("archived") is True
 
 
-def _read(store: Store, thread_id: str) -> ListedThread | None:
-    """The thread's current state, None if it has no ref (gone or not yet created)."""
-    name = THREAD_PREFIX + thread_id
-    try:
-        value = store.refs.read_ref(name)
-    except JournalError as exc:
-        return ListedThread(thread_id, "", None, str(exc))
+def _listed(
+    thread_id: str, value: str | None, fetch: Callable[[str], tuple[Kind, bytes]]
+) -> ListedThread | None:
+    """The thread whose ref holds ``value``, its state read through ``fetch`` (None: the
+    thread has no ref, gone or not yet created)."""
     if value is None:
         return None
     if not is_oid(value):
+        name = THREAD_PREFIX + thread_id
         return ListedThread(thread_id, "", None, f"ref {name!r} does not hold an object id")
     try:
-        kind, body = store.objects.get(value)
+        kind, body = fetch(value)
         if kind is not Kind.THREAD:
             raise JournalError(f"expected a thread state, found a {kind.value}")
         state = ThreadStateNode.parse(body, value)
     except JournalError as exc:
         return ListedThread(thread_id, value, None, str(exc))
     return ListedThread(thread_id, value, state)
+
+
+def _read(store: Store, thread_id: str) -> ListedThread | None:
+    """One thread's current state, its ref and state read on their own."""
+    try:
+        value = store.refs.read_ref(THREAD_PREFIX + thread_id)
+    except JournalError as exc:
+        return ListedThread(thread_id, "", None, str(exc))
+    return _listed(thread_id, value, store.objects.get)
+
+
+def _read_page(store: Store, thread_ids: list[str]) -> list[ListedThread | None]:
+    """Several threads' states: their refs in one call and their states in one pass
+    (``read_refs``, ``get_many``); if anything in the page is damaged, thread by thread,
+    so that the damage is reported with its thread and the others still list."""
+    try:
+        values = store.refs.read_refs(THREAD_PREFIX + thread_id for thread_id in thread_ids)
+        oids = {value for value in values.values() if value is not None and is_oid(value)}
+        found = {oid: (kind, body) for oid, kind, body in store.objects.get_many(oids)}
+    except JournalError:
+        return [_read(store, thread_id) for thread_id in thread_ids]
+    return [
+        _listed(thread_id, values[THREAD_PREFIX + thread_id], found.__getitem__)
+        for thread_id in thread_ids
+    ]
 
 
 def _indexed_by(listed: ListedThread, index_name: str) -> bool:
@@ -82,12 +111,12 @@ def list_thread_states(
     threads are yielded with ``state`` None and count towards ``limit``.
     """
     found = 0
-    page = max(limit, 50) if limit > 0 else 1000
+    page = min(max(limit, FIRST_PAGE), LARGEST_PAGE)
     start = start_after
     while True:
         names = store.refs.list_refs(INDEX_PREFIX, start_after=start, limit=page)
-        for name in names:
-            listed = _read(store, thread_id_from_index(name))
+        threads = _read_page(store, [thread_id_from_index(name) for name in names])
+        for name, listed in zip(names, threads, strict=True):
             if listed is None or not _indexed_by(listed, name):
                 continue
             if listed.archived and not include_archived:
@@ -99,3 +128,4 @@ def list_thread_states(
         if len(names) < page:
             return
         start = names[-1]
+        page = min(page * 2, LARGEST_PAGE)

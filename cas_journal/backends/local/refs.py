@@ -15,7 +15,7 @@ damaged or hostile database) raises CorruptRef naming the ref, never a raw error
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from ...errors import CorruptRef
@@ -25,6 +25,10 @@ from .commits import Change, Committer
 from .database import Database
 
 MAX_REFLOG_TIME = 253402300799 * 10**6  # 9999-12-31T23:59:59Z in microseconds
+
+
+_REFS_PER_QUERY = 500
+"""Names per ``read_refs`` query (SQLite allows 32,766 parameters)."""
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -94,6 +98,20 @@ class LocalRefStore(RefStore):
             "SELECT value FROM refs WHERE name = ?", (name,), f"reading ref {name!r}"
         )
         return None if found is None else parse_value(name, found[0])
+
+    def read_refs(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Several refs with one query per ``_REFS_PER_QUERY`` names (None: absent)."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            split_ref_name(name)
+        values: dict[str, str | None] = dict.fromkeys(wanted)
+        for start in range(0, len(wanted), _REFS_PER_QUERY):
+            chunk = wanted[start : start + _REFS_PER_QUERY]
+            sql = f"SELECT name, value FROM refs WHERE name IN ({','.join('?' * len(chunk))})"
+            for found, value in self.db.rows(sql, tuple(chunk), "reading refs"):
+                if isinstance(found, str) and found in values:
+                    values[found] = parse_value(found, value)
+        return values
 
     def set_if_equals(
         self, name: str, old: str | None, new: str | None, reason: str = "", log: bool = True
