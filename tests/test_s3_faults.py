@@ -261,7 +261,14 @@ def test_workload_under_faults(
         # two writers (separate handles, as separate processes are) race on one thread
         other = cj.Journal(through(proxy, s3_server, bucket))
         try:
-            ledger.run("create", lambda: j.create_thread(cj.ThreadMeta(id="shared")), "shared")
+            # a create whose index ref write is one the proxy fails on every attempt fails
+            # (nothing created); each try has a new created_at, so a new index ref
+            for _ in range(8):
+                made = ledger.run(
+                    "create", lambda: j.create_thread(cj.ThreadMeta(id="shared")), "shared"
+                )
+                if made.error is None or isinstance(made.error, cj.ThreadExists):
+                    break
             racers = [
                 threading.Thread(
                     target=lambda w=w, handle=handle: [
