@@ -441,9 +441,18 @@ def test_newer_format_is_refused(s3: S3Server, bucket: str) -> None:
     s3.raw().put_object(Bucket=bucket, Key=f"{PREFIX}/FORMAT", Body=b"cas-journal 99\n")
     with pytest.raises(StoreFormatError, match="format 99"):
         s3.open(bucket)
-    s3.raw().put_object(Bucket=bucket, Key=f"{PREFIX}/FORMAT", Body=b"something else")
-    with pytest.raises(StoreFormatError):
-        s3.open(bucket)
+    for garbage in [
+        "something else",
+        "cas-journal 0\n",
+        "cas-journal \u00b2\n",
+        "cas-journal \u0661\n",
+        "cas-journal -1",
+        "cas-journal 02",
+        " cas-journal 1",
+    ]:
+        s3.raw().put_object(Bucket=bucket, Key=f"{PREFIX}/FORMAT", Body=garbage.encode())
+        with pytest.raises(StoreFormatError):
+            s3.open(bucket)
 
 
 def test_absent_and_foreign_prefixes_are_refused(s3: S3Server, bucket: str) -> None:

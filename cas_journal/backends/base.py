@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -323,3 +324,13 @@ class Store(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_FORMAT_RECORD = re.compile(rb"cas-journal ([1-9][0-9]{0,8})\n?")
+
+
+def parse_format_record(data: bytes) -> int | None:
+    """The version in a store's FORMAT record (``cas-journal N``, N an ASCII number from
+    1, one optional newline), or None if ``data`` is anything else."""
+    found = _FORMAT_RECORD.fullmatch(data)
+    return None if found is None else int(found.group(1))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +31,15 @@ from pathlib import Path
 from ...errors import StorageError, StoreFormatError
 from ...names import split_ref_name
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
-from ..base import Capabilities, IndexUpdate, NewObject, RefUpdate, Store, check_ref_value
+from ..base import (
+    Capabilities,
+    IndexUpdate,
+    NewObject,
+    RefUpdate,
+    Store,
+    check_ref_value,
+    parse_format_record,
+)
 from .commits import Change, Committer
 from .copies import LocalStoredCopies
 from .database import (
@@ -51,7 +58,6 @@ from .refs import LocalRefStore
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
 FORMAT_VERSION = 2
-_FORMAT_LINE = re.compile(rb"cas-journal ([1-9][0-9]{0,8})\n?")
 PACKS_DIR = "packs"
 _INIT_LEFTOVERS = (
     PACKS_DIR,
@@ -71,10 +77,10 @@ def read_format_version(root: Path) -> int | None:
         return None
     except IsADirectoryError as exc:
         raise StoreFormatError(f"{root} has a directory where its {FORMAT_FILE} belongs") from exc
-    found = _FORMAT_LINE.fullmatch(text)
-    if found is None:
+    version = parse_format_record(text)
+    if version is None:
         raise StoreFormatError(f"{root} has an unreadable {FORMAT_FILE} file: {text[:60]!r}")
-    return int(found.group(1))
+    return version
 
 
 def check_database_files(root: Path) -> None:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from ...errors import InvalidInputError, StorageError, StoreFormatError
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
-from ..base import Capabilities, Store
+from ..base import Capabilities, Store, parse_format_record
 from .client import (
     DEFAULT_WORKERS,
     AccessDenied,
@@ -129,11 +129,10 @@ class S3Store(Store):
             raise StoreFormatError(f"{self.url} has an unreadable FORMAT key") from None
         if found is None:
             return None
-        text = found[0].decode("utf-8", errors="replace")
-        name, _, version = text.strip().partition(" ")
-        if name != FORMAT_NAME or not version.isdigit():
-            raise StoreFormatError(f"{self.url} has an unreadable FORMAT key: {text[:60]!r}")
-        return int(version)
+        version = parse_format_record(found[0])
+        if version is None:
+            raise StoreFormatError(f"{self.url} has an unreadable FORMAT key: {found[0][:60]!r}")
+        return version
 
     def _open(self, create: bool) -> None:
         version = self._read_format()
