@@ -303,25 +303,8 @@ class S3Bucket:
 
     def get(self, key: str, what: str, limit: int | None = None) -> tuple[bytes, str] | None:
         """``(body, etag)`` of a key, or None if absent; StorageError if longer than limit."""
-        with self.errors(what):
-            try:
-                response = self.client.get_object(Bucket=self.bucket, Key=key)
-            except self._botocore.exceptions.ClientError as exc:
-                if error_code(exc) in _NOT_FOUND:
-                    return None
-                raise
-            body = response["Body"]
-            try:
-                size = int(response.get("ContentLength", 0) or 0)
-                if limit is not None and size > limit:
-                    raise OversizedBody(size)
-                data: bytes = body.read() if limit is None else body.read(limit + 1)
-            finally:
-                body.close()
-            if limit is not None and len(data) > limit:
-                raise OversizedBody(len(data))
-            self.stats.received(len(data))
-            return data, str(response.get("ETag", ""))
+        found = self.fetch(key, what, limit)
+        return None if found is None else (found.body, found.etag)
 
     def fetch(self, key: str, what: str, limit: int | None = None) -> Fetched | None:
         """A key's body, ETag and the server's time, or None if absent (see ``get``)."""
