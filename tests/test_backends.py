@@ -880,6 +880,43 @@ def test_deleting_the_wal_or_its_index_under_live_writers_loses_no_acknowledged_
     assert refused and all("deleted or replaced" in line for line in refused)
 
 
+@pytest.mark.parametrize("victim", ["store.db-wal", "store.db-shm"])
+def test_a_replaced_file_is_seen_when_the_directory_had_settled(tmp_path, monkeypatch, victim):
+    """Once the store directory has not changed for a while, a write checks the WAL and
+    its index with one stat of the directory; deleting either file changes the directory,
+    so the next write still refuses."""
+    from cas_journal.backends.local import database
+    from cas_journal.backends.local.database import FilesReplaced
+
+    monkeypatch.setattr(database, "SETTLED_NS", 0)
+    store = LocalStore(tmp_path / "s", durable=False)
+    time.sleep(0.05)  # later than any timestamp tick the directory's last change had
+    assert store.refs.set_if_equals("threads/a", None, "1")
+    assert store.refs.set_if_equals("threads/a", "1", "2")
+    settled = store.db._settled
+    assert settled is not None and settled[1] == store.db.file_ids()
+    calls: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path, *args, **kwargs):
+        calls.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(database.os, "stat", counting_stat)
+    assert store.refs.set_if_equals("threads/a", "2", "3")
+    assert calls == [str(store.root)] * 2  # before and after COMMIT: the directory only
+    monkeypatch.setattr(database.os, "stat", real_stat)
+    time.sleep(0.05)
+    (store.root / victim).unlink()
+    with pytest.raises(FilesReplaced) as refused:
+        store.refs.set_if_equals("threads/a", "3", "4")
+    assert not refused.value.after_commit
+    assert store.refs.set_if_equals("threads/a", "3", "4")  # reopened on the new files
+    store.close()
+    with LocalStore(tmp_path / "s", durable=False, create=False) as again:
+        assert again.refs.read_ref("threads/a") == "4"
+
+
 def test_a_deleted_format_file_never_reinitialises_the_store(tmp_path):
     """Opening (with create) a store whose FORMAT was deleted refuses and changes nothing:
     it never takes the database for what an interrupted init left."""
@@ -956,6 +993,7 @@ def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
     from cas_journal.backends.local import database
 
     monkeypatch.setattr(database, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(database, "RESTART_FRAMES", 1000)
     monkeypatch.setattr(database, "AUTOCHECKPOINT_PAGES", 0)  # 0: SQLite never checkpoints
     store = LocalStore(tmp_path / "s", durable=False)
     old = None
@@ -989,6 +1027,46 @@ def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
     assert not thread.is_alive()
     with LocalStore(tmp_path / "s", durable=False, create=False) as again:
         assert again.refs.read_ref("threads/t") == old
+
+
+def test_a_short_wal_never_makes_a_writer_checkpoint(tmp_path, monkeypatch):
+    """Below RESTART_FRAMES a writer never pays for finishing a background checkpoint (its
+    syncs); the background thread still copies the WAL into store.db, and once it has
+    copied everything, the next write starts the WAL over for free."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local import database
+
+    monkeypatch.setattr(database, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(database, "RESTART_FRAMES", 10**9)
+    monkeypatch.setattr(database, "AUTOCHECKPOINT_PAGES", 0)
+    finished: list[object] = []
+    monkeypatch.setattr(database.Checkpointer, "finish", lambda self, conn: finished.append(conn))
+    store = LocalStore(tmp_path / "s", durable=False)
+    old = None
+    for i in range(200):
+        blob = new_object(Kind.BLOB, b"%d" % i * 300)
+        assert store.commit([blob], RefUpdate("threads/t", old, blob.oid))
+        old = blob.oid
+    assert store.db.checkpointer._thread is not None  # requested every 20 writes
+    seen = -1
+    while seen != store.db.checkpointer.checkpoints:  # until the requested ones are done
+        seen = store.db.checkpointer.checkpoints
+        time.sleep(0.2)
+    store.db.checkpointer.request()  # one more, after the last write
+    deadline = time.monotonic() + 10
+    while store.db.checkpointer.checkpoints <= seen:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for i in range(2):
+        blob = new_object(Kind.BLOB, b"last %d" % i)
+        assert store.commit([blob], RefUpdate("threads/t", old, blob.oid))
+        old = blob.oid
+    assert finished == []
+    with sqlite3.connect(store.root / "store.db") as raw:
+        _, frames, _ = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    raw.close()
+    assert frames < 50  # started over (about 1,000 frames were written)
+    store.close()
 
 
 def test_read_refs_reads_many_names_in_chunks(tmp_path, monkeypatch):

@@ -12,10 +12,11 @@ microsecond, so that gc can tell that a row was touched after it looked; see
 object that is also packed simply has two copies until the next ``pack``.
 
 Group commit: every change of a process goes through one ``Committer``. A caller queues
-its change and takes the leader lock; if a previous leader already applied the change,
-it returns that result at once; otherwise it becomes the leader, takes every change
-queued so far (its own included) and applies them in queue order in ONE transaction,
-so concurrent durable commits of one process share one fsync. Each change keeps its own
+its change; while another caller leads a transaction it waits, and is woken as soon as
+that transaction ends: if its change was applied, it returns that result at once;
+otherwise the first one awake becomes the leader, takes every change queued so far (its
+own included) and applies them in queue order in ONE transaction, so concurrent durable
+commits of one process share one fsync. Each change keeps its own
 result: a lost compare-and-swap fails only that change, and a later change in the same
 transaction sees the effects of the earlier ones. If the transaction fails, each change
 of the group is retried alone, so every caller gets its own error.
@@ -127,18 +128,32 @@ class Committer:
     def _reset(self) -> None:
         # a child forked while another thread led a group must not inherit held locks
         self._queue: list[Change] = []
-        self._queue_lock = threading.Lock()
+        self._state = threading.Condition(threading.Lock())
+        """Guards the queue and ``_leading``; notified when a leader finishes."""
+        self._leading = False
         self._leader = threading.Lock()
+        """Held by the leader while it applies its group (tests hold it to queue changes)."""
 
     def submit(self, change: Change) -> bool:
         """Apply ``change`` (alone or with others queued meanwhile); return its result."""
-        with self._queue_lock:
+        state = self._state
+        with state:
             self._queue.append(change)
-        with self._leader:
-            if not change.done:
-                with self._queue_lock:
-                    group, self._queue = self._queue, []
-                self._run(group)
+            while self._leading and not change.done:
+                state.wait()
+            lead = not change.done
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                with self._leader:
+                    with state:
+                        group, self._queue = self._queue, []
+                    self._run(group)
+            finally:
+                with state:
+                    self._leading = False
+                    state.notify_all()
         if change.error is not None:
             raise change.error
         return change.result

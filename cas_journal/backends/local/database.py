@@ -30,10 +30,13 @@ Checkpoints: copying the WAL into ``store.db`` syncs both files (also with
 it inside the COMMIT of whichever write crosses its threshold, so one commit in a hundred
 paid for all of them. Instead a thread of the process's own (``Checkpointer``, started on
 demand, one per open store) runs a passive checkpoint after every ``CHECKPOINT_EVERY``
-write transactions, beside the commits (a passive checkpoint never blocks a writer);
-the next write of the process then copies the few frames committed meanwhile (a small
-checkpoint; SQLite starts the WAL over only when a write finds every frame copied).
-SQLite's automatic checkpoint stays as a backstop at ``AUTOCHECKPOINT_PAGES``.
+write transactions, beside the commits (a passive checkpoint never blocks a writer).
+Once the WAL holds ``RESTART_FRAMES`` frames, the next write of the process copies the
+few frames committed meanwhile (a small checkpoint, but with the syncs of any checkpoint;
+SQLite starts the WAL over only when a write finds every frame copied); below that the
+WAL simply grows, so that those syncs are paid once per thousands of commits, not once
+per ``CHECKPOINT_EVERY``. SQLite's automatic checkpoint stays as a backstop at
+``AUTOCHECKPOINT_PAGES``.
 
 Errors: SQLite's busy handler waits up to ``BUSY_TIMEOUT`` seconds for another process's
 write lock; after that, and for every other failure, the caller gets a JournalError with
@@ -49,7 +52,11 @@ live in ``store.db-shm`` and ``store.db-wal``. A process that opens the store af
 them was deleted creates a new one, and with it a second, independent set of locks. So
 each connection records which files (device and inode) its WAL and WAL index are when it
 opens, and every write transaction checks, once it holds the write lock and again after
-COMMIT, that the paths still name them. If not, the write is refused (``FilesReplaced``,
+COMMIT, that the paths still name them. Each check costs one ``stat`` of the store
+directory when nothing in it changed since a check that looked at both files (its
+modification time is older than ``SETTLED_NS``, so that a change in the same tick of the
+file system's clock cannot hide), and stats the two files otherwise. If a file was
+replaced, the write is refused (``FilesReplaced``,
 a StorageError: nothing is acknowledged from a connection whose locks no longer exclude
 anyone); when only the WAL was replaced (the WAL index, and with it the lock, is still
 shared), the connection first checkpoints its WAL into ``store.db``, which saves every
@@ -65,6 +72,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +94,11 @@ CHECKPOINT_EVERY = 128
 """Write transactions of one process between two background checkpoints."""
 AUTOCHECKPOINT_PAGES = 16384
 """SQLite's own checkpoint inside a COMMIT, only if the background ones fall behind."""
+RESTART_FRAMES = 4096
+"""WAL frames (pages) after which a writer finishes a background checkpoint so the WAL
+starts over (16 MiB with 4 KiB pages)."""
+SETTLED_NS = 1_000_000_000
+"""How old the store directory's last change must be before a file check trusts it."""
 
 SCHEMA = (
     (
@@ -202,7 +215,8 @@ class Checkpointer:
         self.checkpoints = 0
         """Checkpoints run (for tests and benchmarks)."""
         self.finish_wanted = False
-        """A background checkpoint ran: the next writer finishes it (see ``finish``)."""
+        """A background checkpoint found a long WAL: the next writer finishes it (see
+        ``finish``)."""
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -231,9 +245,10 @@ class Checkpointer:
                 try:
                     if conn is None:
                         conn = connect(self.path, self.durable)
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    found = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.checkpoints += 1
-                    self.finish_wanted = True
+                    if found is None or int(found[1]) >= RESTART_FRAMES:
+                        self.finish_wanted = True
                 except sqlite3.Error:
                     if conn is not None:
                         with contextlib.suppress(sqlite3.Error):
@@ -249,7 +264,7 @@ class Checkpointer:
         from the writer's own connection between two of its transactions: SQLite starts
         the WAL over only at a write that finds every frame copied, which a checkpoint
         running beside continuous commits never leaves behind. Costs a small checkpoint's
-        two syncs once per ``CHECKPOINT_EVERY`` writes."""
+        two syncs once per ``RESTART_FRAMES`` frames written."""
         self.finish_wanted = False
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
@@ -277,6 +292,9 @@ class Database:
         """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._guard = threading.Lock()
         self._writes = 0
+        self.directory = path.parent
+        self._settled: tuple[tuple[int, int, int, int], FileIds] | None = None
+        """The directory's (device, inode, mtime, ctime) at a check and the files then."""
         self.checkpointer = Checkpointer(path, durable)
         _OPEN.add(self)
 
@@ -291,6 +309,25 @@ class Database:
             else:
                 found.append((st.st_dev, st.st_ino))
         return found[0], found[1]
+
+    def current_file_ids(self) -> FileIds:
+        """``file_ids``, from one stat of the directory when it has not changed since a
+        check that found it settled (see the module docstring)."""
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            return self.file_ids()
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        settled = self._settled
+        if settled is not None and settled[0] == stamp:
+            return settled[1]
+        now = time.time_ns()
+        found = self.file_ids()
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+        # a whole second as timestamp: perhaps a file system with coarse times, never trusted
+        if newest % 1_000_000_000 and now - newest > SETTLED_NS:
+            self._settled = (stamp, found)
+        return found
 
     # -- connections --------------------------------------------------------------------
 
@@ -319,7 +356,7 @@ class Database:
         """FilesReplaced if the WAL or WAL index of ``conn`` is no longer at its path
         (see the module docstring); rescues and drops the connection first."""
         opened = self._files.get(id(conn))
-        now = self.file_ids()
+        now = self.current_file_ids()
         if opened is None or now == opened:
             return
         names = [
