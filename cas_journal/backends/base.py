@@ -144,6 +144,14 @@ class ObjectStore(abc.ABC):
             kind, body = self.get(oid)
             yield oid, kind, body
 
+    def get_with_neighbours(self, oid: str) -> list[tuple[str, Kind, bytes]]:
+        """The object ``oid`` as ``(oid, kind, body)`` together with the objects stored
+        beside it that come at no extra cost (the rest of its pack block), each verified
+        like ``get``: a chain packed in chain order is then read block by block. The
+        default returns the object alone. ObjectNotFound if absent."""
+        kind, body = self.get(oid)
+        return [(oid, kind, body)]
+
     @abc.abstractmethod
     def has(self, oid: str) -> bool:
         """True if the object is stored here."""

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, cast
 
-from ..backends import NewObject, ObjectStore
+from ..backends import NewObject
 from ..errors import CorruptObject, InvalidInputError, ObjectNotFound
 from ..objects import Kind, MessageNode, canonical_json, object_id
-from ..objects.canonical import parse_json
+from ..objects.canonical import parse_json, parse_json_noting_long_ints
+from .nearby import NearbyObjects
 
 Path = tuple[str | int, ...]
 Number = tuple[Path, type, bool]
@@ -225,16 +226,17 @@ def encode_chain(messages: Sequence[Any], memo: ChainMemo) -> EncodedChain:
     return EncodedChain(ChainMemo(None, links, None, weight, snapshots, numbered), objects, shared)
 
 
-def _get(objects: ObjectStore, oid: str, kind: Kind) -> bytes:
+def _get(objects: NearbyObjects, oid: str, kind: Kind) -> bytes:
     found, body = objects.get(oid)
     if found is not kind:
         raise CorruptObject(f"expected a {kind.value}, found a {found.value}", oid)
     return body
 
 
-def read_chain(objects: ObjectStore, last: str | None, count: int) -> list[Link]:
+def read_chain(objects: NearbyObjects, last: str | None, count: int) -> list[Link]:
     """The links of the chain ending at ``last``, first message first; CorruptObject if
-    the chain does not hold ``count`` messages."""
+    the chain does not hold ``count`` messages. Nodes and messages are read with their
+    pack neighbours (a chain is packed in chain order): each block is split once."""
     nodes: list[tuple[str, str]] = []  # node oid, message blob oid, newest first
     current = last
     while current is not None:
@@ -247,7 +249,7 @@ def read_chain(objects: ObjectStore, last: str | None, count: int) -> list[Link]
         raise CorruptObject(f"message chain has {len(nodes)} links, expected {count}", last)
     nodes.reverse()
     bodies: dict[str, bytes] = {}
-    for oid, kind, body in objects.get_many({blob for _, blob in nodes}):
+    for oid, kind, body in objects.get_many([blob for _, blob in nodes]):
         if kind is not Kind.BLOB:
             raise CorruptObject(f"expected a blob, found a {kind.value}", oid)
         bodies[oid] = body
@@ -262,7 +264,10 @@ def parse_messages(links: Sequence[Link]) -> list[dict[str, Any]]:
     messages = []
     for link in links:
         try:
-            message = parse_json(link.body, long_ints=link.long_ints is not False)
+            if link.long_ints is None:  # learn it once: later loads skip the scan
+                message, link.long_ints = parse_json_noting_long_ints(link.body)
+            else:
+                message = parse_json(link.body, long_ints=link.long_ints)
         except (ValueError, RecursionError) as exc:
             raise CorruptObject("checkpoint message is not JSON", link.node) from exc
         if not isinstance(message, dict):

@@ -37,6 +37,7 @@ from .cache import BoundedCache
 from .chains import ChainMemo, Link, encode_chain, parse_messages, read_chain
 from .commit import MAX_ATTEMPTS, commit_or_report, pause
 from .models import Checkpoint
+from .nearby import NearbyObjects
 from .state import CHECKPOINT_PREFIX
 
 MEMO_BYTES = 64 * 1024 * 1024
@@ -71,6 +72,7 @@ class CheckpointStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._nearby = NearbyObjects(store.objects)
         self._nodes: BoundedCache[str, CheckpointNode] = BoundedCache(4096)
         self._prompts: BoundedCache[str, str] = BoundedCache(
             256, weigh=len, max_weight=16 * 1024 * 1024
@@ -134,7 +136,7 @@ class CheckpointStore:
             return []
         if memo is not None and len(memo.links) >= count and memo.links[count - 1].node == last:
             return memo.links[:count]
-        links = read_chain(self.store.objects, last, count)
+        links = read_chain(self._nearby, last, count)
         if memo is None or memo.checkpoint != self._head(run_id):
             self._memos.put(run_id, ChainMemo(oid, links, node.system_prompt))
         return links

@@ -1,6 +1,8 @@
 """Materialise public Entry objects from stored nodes and payloads, with caching.
 
-Entries are immutable and content-addressed, so cached entries never go stale. Paths are
+Entries are immutable and content-addressed, so cached entries never go stale; an entry
+is built once per stored node and copied with another thread id for each thread that
+shares it (forks share their history). Paths are
 cached per (thread, leaf); reading the path of a leaf whose ancestor's path is cached
 only loads the entries below that ancestor, so a thread that is appended to and read
 back does not walk its whole history each time. Entries are built from the stored,
@@ -40,14 +42,19 @@ def _payload_text(oid: str, kind: Kind, body: bytes) -> str:
 
 
 class EntryReader:
-    """Builds Entry objects and paths for a thread."""
+    """Builds Entry objects and paths for a thread.
+
+    An entry is built once per stored node (parsed payload, checked fields) and cached
+    by its id; the same entry seen from another thread (a fork's shared history) is a
+    shallow copy with that thread's id, not a second parse.
+    """
 
     def __init__(self, graph: EntryGraph) -> None:
         self.graph = graph
         self._payloads: BoundedCache[str, str] = BoundedCache(
             ENTRY_CACHE_SIZE, weigh=lambda text: 2 * len(text) + 100, max_weight=PAYLOAD_CACHE_BYTES
         )
-        self._entries: BoundedCache[tuple[str, str], Entry] = BoundedCache(
+        self._entries: BoundedCache[str, Entry] = BoundedCache(
             ENTRY_CACHE_SIZE,
             weigh=lambda entry: 2 * len(entry.raw) + 1500,
             max_weight=PAYLOAD_CACHE_BYTES,
@@ -60,7 +67,7 @@ class EntryReader:
         """The raw JSON text of a payload blob."""
         cached = self._payloads.get(oid)
         if cached is None:
-            kind, body = self.graph.objects.get(oid)
+            kind, body = self.graph.nearby.get(oid)
             cached = self._payloads.put(oid, _payload_text(oid, kind, body))
         return cached
 
@@ -83,20 +90,24 @@ class EntryReader:
         except (ValueError, TypeError) as exc:
             raise CorruptObject(f"entry payload is malformed: {exc}", node.payload) from exc
 
+    def _seen_from(self, entry: Entry, thread_id: str) -> Entry:
+        if entry.thread_id == thread_id:
+            return entry
+        return _ENTRY.replaced(entry, {"thread_id": thread_id})
+
     def entry(self, thread_id: str, oid: str) -> Entry:
         """The Entry ``oid`` as seen from ``thread_id`` (no membership check)."""
-        key = (thread_id, oid)
-        cached = self._entries.get(key)
+        cached = self._entries.get(oid)
         if cached is None:
             node = self.graph.node(oid)
             built = self.build(oid, node, self.raw_payload(node.payload), thread_id)
-            cached = self._entries.put(key, built)
-        return cached
+            cached = self._entries.put(oid, built)
+        return self._seen_from(cached, thread_id)
 
     def remember(self, thread_id: str, entries: list[Entry]) -> None:
         """Cache entries just written (a later ``path`` then extends a cached parent path)."""
         for entry in entries:
-            self._entries.put((thread_id, entry.id), entry)
+            self._entries.put(entry.id, entry)
 
     def path(self, thread_id: str, leaf: str | None) -> list[Entry]:
         """Entries from the root to ``leaf`` as seen from ``thread_id``."""
@@ -121,24 +132,25 @@ class EntryReader:
         return list(full)
 
     def _entries_of(self, thread_id: str, oids: list[str]) -> list[Entry]:
-        """The entries ``oids`` (nodes cached), their payloads read in one ``get_many``."""
-        found = [self._entries.get((thread_id, oid)) for oid in oids]
+        """The entries ``oids`` (nodes cached) as seen from ``thread_id``, the payloads
+        not cached read in path order (pack order: each block is split once)."""
+        found = [self._entries.get(oid) for oid in oids]
         nodes = [self.graph.node(oid) for oid in oids]
-        wanted = {
+        wanted = [
             node.payload
             for entry, node in zip(found, nodes, strict=True)
             if entry is None and self._payloads.get(node.payload) is None
-        }
+        ]
         texts: dict[str, str] = {}
-        for oid, kind, body in self.graph.objects.get_many(wanted):
+        for oid, kind, body in self.graph.nearby.get_many(wanted):
             texts[oid] = _payload_text(oid, kind, body)
-        for index, (oid, node) in enumerate(zip(oids, nodes, strict=True)):
-            if found[index] is None:
+        out: list[Entry] = []
+        for entry, oid, node in zip(found, oids, nodes, strict=True):
+            if entry is None:
                 text = texts.get(node.payload) or self.raw_payload(node.payload)
-                found[index] = self._entries.put(
-                    (thread_id, oid), self.build(oid, node, text, thread_id)
-                )
-        return found  # type: ignore[return-value]
+                entry = self._entries.put(oid, self.build(oid, node, text, thread_id))
+            out.append(entry if entry.thread_id == thread_id else self._seen_from(entry, thread_id))
+        return out
 
     def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
         """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).
@@ -149,11 +161,10 @@ class EntryReader:
         current = leaf or None
         count = 0
         while current is not None and (limit <= 0 or count < limit):
-            key = (thread_id, current)
-            entry = self._entries.get(key)
+            entry = self._entries.get(current)
             node = self.graph.node(current)
             if entry is None:
                 entry = self.build(current, node, self.raw_payload(node.payload), thread_id)
-            yield entry
+            yield self._seen_from(entry, thread_id)
             count += 1
             current = node.parent

@@ -13,6 +13,7 @@ from ..backends import ObjectStore
 from ..errors import EntryNotFound, ObjectNotFound
 from ..objects import EntryNode, Kind, ancestor_at, is_oid
 from .cache import BoundedCache
+from .nearby import NearbyObjects
 
 NODE_CACHE_SIZE = 1 << 17
 
@@ -22,13 +23,15 @@ class EntryGraph:
 
     def __init__(self, objects: ObjectStore) -> None:
         self.objects = objects
+        self.nearby = NearbyObjects(objects)
+        """Reads that keep each object's pack neighbours (the chain's next nodes) for later."""
         self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
 
     def node(self, oid: str) -> EntryNode:
         """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent."""
         node = self._cache.get(oid)
         if node is None:
-            kind, body = self.objects.get(oid)
+            kind, body = self.nearby.get(oid)
             if kind is not Kind.ENTRY:
                 raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")
             node = self._cache.put(oid, EntryNode.parse(body, oid))

@@ -5,7 +5,8 @@ every read, so pydantic's full validation of every field on every cold read is w
 (it was most of the cost of reading a path). ``Constructor`` builds a model from a plain
 dict (parsed JSON) directly: it checks each present field's Python type against a plan
 derived once from the model's annotations (str, int, bool, enums, optional nested models,
-lists of str, str-to-str maps), converts enums and nested models, and fills in defaults.
+lists of str, str-to-str maps, an exact str for a union with str, plain after-validators
+run as pydantic runs them), converts enums and nested models, and fills in defaults.
 A field whose annotation it has no plan for is validated by pydantic (a TypeAdapter), so
 nothing unknown slips through unchecked. Any mismatch is a ValueError; callers turn it
 into CorruptObject naming the object.
@@ -14,12 +15,13 @@ into CorruptObject naming the object.
 from __future__ import annotations
 
 import enum
+import inspect
 import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import AfterValidator, BaseModel, TypeAdapter
 
 M = TypeVar("M", bound=BaseModel)
 Convert = Callable[[Any], Any]
@@ -59,6 +61,25 @@ def _optional(convert: Convert) -> Convert:
     return optional
 
 
+def _str_or(convert: Convert) -> Convert:
+    def str_or(value: Any) -> Any:
+        return value if type(value) is str else convert(value)
+
+    return str_or
+
+
+def _after(convert: Convert, validators: list[Callable[[Any], Any]]) -> Convert:
+    """``convert``, then each after-validator in turn (what pydantic does with them)."""
+
+    def after(value: Any) -> Any:
+        value = convert(value)
+        for validator in validators:
+            value = validator(value)
+        return value
+
+    return after
+
+
 def _plan(annotation: Any) -> Convert:
     """How to take a JSON value into a field of this annotation."""
     origin = typing.get_origin(annotation)
@@ -66,8 +87,16 @@ def _plan(annotation: Any) -> Convert:
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(members) == 1 and len(typing.get_args(annotation)) == 2:
             return _optional(_plan(members[0]))
+        if str in members:  # an exact str is a str member (pydantic's smart union too)
+            return _str_or(TypeAdapter(annotation).validate_python)
     elif origin is typing.Annotated:
-        pass  # validators attached: let pydantic run them
+        inner, *metadata = typing.get_args(annotation)
+        if metadata and all(
+            isinstance(item, AfterValidator) and len(inspect.signature(item.func).parameters) == 1
+            for item in metadata
+        ):
+            return _after(_plan(inner), [item.func for item in metadata])
+        # other validators attached: let pydantic run them
     elif origin is list and typing.get_args(annotation) == (str,):
         return _str_list
     elif origin is dict and typing.get_args(annotation) == (str, str):
@@ -152,6 +181,23 @@ class Constructor(Generic[M]):
         """The model holding ``data``'s fields (missing ones at their defaults)."""
         values = self._values(data)
         return self._build(values, set(values))
+
+    def replaced(self, model: M, trusted: dict[str, Any]) -> M:
+        """A copy of ``model`` (built by this constructor) with ``trusted`` fields set as
+        they are: a shallow copy, as ``model_copy(update=...)`` makes, without its cost."""
+        if not self._direct:
+            return model.model_copy(update=trusted)
+        fields = dict(model.__dict__)
+        fields.update(trusted)
+        copy = self.model.__new__(self.model)
+        object.__setattr__(copy, "__dict__", fields)
+        fields_set = model.__pydantic_fields_set__
+        if not fields_set.issuperset(trusted):
+            fields_set = fields_set | set(trusted)
+        object.__setattr__(copy, "__pydantic_fields_set__", fields_set)
+        object.__setattr__(copy, "__pydantic_extra__", None)
+        object.__setattr__(copy, "__pydantic_private__", None)
+        return copy
 
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values

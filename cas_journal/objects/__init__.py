@@ -11,6 +11,7 @@ from .codec import (
     object_id,
     parse_canonical,
     require_oid,
+    split_canonical_forms,
 )
 from .kinds import Kind
 from .nodes import (
@@ -54,6 +55,7 @@ __all__ = [
     "references",
     "require_oid",
     "skip_depth",
+    "split_canonical_forms",
     "typed_references",
     "utc_now",
 ]

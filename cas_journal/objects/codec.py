@@ -89,6 +89,35 @@ def parse_canonical(oid: str, data: bytes) -> tuple[Kind, bytes]:
     return kind, body
 
 
+def split_canonical_forms(data: bytes) -> list[tuple[str, Kind, bytes]]:
+    """Split canonical forms stored back to back (a pack block's content) into
+    ``(oid, kind, body)``, each object named by the hash of its own canonical form.
+
+    Each result is verified by construction (its oid *is* its hash), so a caller looking
+    for one oid either finds it intact or not at all. A malformed header or a length
+    that runs past the end raises CorruptObject (no oid to name: the data has none).
+    """
+    out: list[tuple[str, Kind, bytes]] = []
+    view = memoryview(data)
+    position, size = 0, len(data)
+    while position < size:
+        nul = data.find(b"\0", position, position + MAX_HEADER_LENGTH)
+        if nul < 0:
+            raise CorruptObject("object header is missing or too long")
+        tag, space, length_text = data[position:nul].partition(b" ")
+        kind = KINDS_BY_TAG.get(tag)
+        if kind is None or not space:
+            raise CorruptObject(f"unknown object kind {tag[:16]!r}")
+        if not length_text.isdigit() or (length_text[:1] == b"0" and length_text != b"0"):
+            raise CorruptObject("object header has a malformed length")
+        end = nul + 1 + int(length_text)
+        if end > size:
+            raise CorruptObject("object length runs past the end of its data")
+        out.append((blake3.blake3(view[position:end]).hexdigest(), kind, data[nul + 1 : end]))
+        position = end
+    return out
+
+
 _local = threading.local()
 
 

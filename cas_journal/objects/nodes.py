@@ -7,6 +7,7 @@ an object points at, which is all that gc, fsck and sync need to know about a ki
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
@@ -163,6 +164,66 @@ def _compact(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value not in (None, "", 0, [], {})}
 
 
+_CANONICAL_ENTRY = re.compile(
+    rb'\{"created_at":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
+    rb'(?:,"depth":([1-9][0-9]{0,17}))?'
+    rb'(?:,"parent":"([0-9a-f]{64})")?'
+    rb',"payload":"([0-9a-f]{64})"'
+    rb'(?:,"skip":"([0-9a-f]{64})")?'
+    rb'(?:,"turn_id":"([^"\\\x00-\x1f]*)")?\}'
+)
+"""An entry body exactly as ``EntryNode.body`` writes it, with a turn id free of JSON
+escapes: such a body is read by this pattern alone; any other goes through the JSON
+parser, which gives the same fields or the same error (a property test compares them)."""
+
+
+_EntryFields = tuple[str, int, str | None, str, str | None, str]
+"""``(created_at, depth, parent, payload, skip, turn_id)`` of an entry body."""
+
+
+def _canonical_entry_fields(body: bytes) -> _EntryFields | None:
+    """``(created_at, depth, parent, payload, skip, turn_id)`` of a canonical entry body,
+    or None if the body is not in that form (the caller then parses it as JSON)."""
+    match = _CANONICAL_ENTRY.fullmatch(body)
+    if match is None:
+        return None
+    created_at, depth, parent, payload, skip, turn_id = match.groups()
+    try:
+        turn = turn_id.decode("utf-8") if turn_id else ""
+    except UnicodeDecodeError:
+        return None  # the JSON parser refuses it with its own message
+    return (
+        created_at.decode("ascii"),
+        int(depth) if depth else 0,
+        parent.decode("ascii") if parent else None,
+        payload.decode("ascii"),
+        skip.decode("ascii") if skip else None,
+        turn,
+    )
+
+
+def _json_entry_fields(body: bytes, oid: str | None, allowed: frozenset[str]) -> _EntryFields:
+    """The fields of an entry body in any JSON form, each of the right type (the caller
+    checks how they fit together)."""
+    # an integer beyond 64 bits may come back as a float: refused as "not an integer"
+    value = _Reader(oid, body, "entry", long_ints=False).value
+    if not allowed.issuperset(value):
+        raise CorruptObject(f"entry: unknown fields {sorted(set(value) - allowed)}", oid)
+    payload, parent, skip = value.get("payload"), value.get("parent"), value.get("skip")
+    depth, turn_id = value.get("depth", 0), value.get("turn_id", "")
+    created_at = value.get("created_at")
+    for name, ref in (("payload", payload), ("parent", parent), ("skip", skip)):
+        if (ref is not None or name == "payload") and not is_oid(ref):
+            raise CorruptObject(f"entry: field {name!r} is not an object id", oid)
+    if type(depth) is not int:
+        raise CorruptObject("entry: field 'depth' is not an integer", oid)
+    if type(turn_id) is not str:
+        raise CorruptObject("entry: field 'turn_id' is not a string", oid)
+    if type(created_at) is not str:
+        raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
+    return created_at, depth, parent, cast(str, payload), skip, turn_id
+
+
 @dataclass(frozen=True, slots=True)
 class EntryNode:
     """A journal tree node. Its oid is the entry id; the thread id is deliberately absent."""
@@ -215,27 +276,17 @@ class EntryNode:
     def parse(cls, body: bytes, oid: str | None = None) -> EntryNode:
         """Parse and validate an entry body (written out: it runs once per entry of every
         path read from the store)."""
-        # an integer beyond 64 bits may come back as a float: refused as "not an integer"
-        value = _Reader(oid, body, "entry", long_ints=False).value
-        if not cls.FIELDS.issuperset(value):
-            raise CorruptObject(f"entry: unknown fields {sorted(set(value) - cls.FIELDS)}", oid)
-        payload, parent, skip = value.get("payload"), value.get("parent"), value.get("skip")
-        depth, turn_id = value.get("depth", 0), value.get("turn_id", "")
-        created_at = value.get("created_at")
-        for name, ref in (("payload", payload), ("parent", parent), ("skip", skip)):
-            if (ref is not None or name == "payload") and not is_oid(ref):
-                raise CorruptObject(f"entry: field {name!r} is not an object id", oid)
-        if type(depth) is not int:
-            raise CorruptObject("entry: field 'depth' is not an integer", oid)
-        if type(turn_id) is not str:
-            raise CorruptObject("entry: field 'turn_id' is not a string", oid)
+        fields = _canonical_entry_fields(body)  # the form the journal writes: no JSON
+        if fields is None:
+            fields = _json_entry_fields(body, oid, cls.FIELDS)
+        created_at, depth, parent, payload, skip, turn_id = fields
         if not is_canonical_time(created_at):
             raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
         if depth < 0 or (parent is None) != (depth == 0):
             raise CorruptObject("entry: depth and parent disagree", oid)
         if (skip is not None) != (depth >= 2):
             raise CorruptObject("entry: skip pointer missing or unexpected", oid)
-        return cls(cast(str, payload), cast(str, created_at), depth, parent, skip, turn_id)
+        return cls(payload, created_at, depth, parent, skip, turn_id)
 
 
 @dataclass(frozen=True, slots=True)

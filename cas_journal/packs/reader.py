@@ -32,7 +32,7 @@ from typing import Protocol
 import zstandard
 
 from ..errors import CorruptObject, JournalError, ObjectNotFound
-from ..objects import Kind, bounded_decompress, parse_canonical
+from ..objects import Kind, bounded_decompress, parse_canonical, split_canonical_forms
 from ..objects.codec import MAX_HEADER_LENGTH
 from .index import MAX_SHARED_BLOCK, PACK_MAGIC, BlockEntry, IndexEntry, PackIndex, check_place
 
@@ -321,6 +321,14 @@ class PackReader:
         if position < 0:
             raise ObjectNotFound(f"object {oid} not found in pack {self.name}")
         return parse_canonical(oid, self.canonical_at(position))
+
+    def block_objects(self, position: int) -> list[tuple[str, Kind, bytes]]:
+        """Every object of the block holding the object at a sorted position, in data
+        order, each named by the hash of its own canonical form (so verified): a reader
+        walking a chain packed in chain order decompresses and splits each block once
+        instead of looking up every object. CorruptObject if the block is damaged."""
+        number, _, _, _ = self.index.place(position)
+        return split_canonical_forms(self.block_content(number))
 
     def read_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """Read and verify the given objects that this pack holds (others are skipped),

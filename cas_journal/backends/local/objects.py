@@ -663,6 +663,23 @@ class LocalObjectStore(ObjectStore):
                 break
         raise ObjectNotFound(f"object {oid} not found")
 
+    def get_with_neighbours(self, oid: str) -> list[tuple[str, Kind, bytes]]:
+        """The object and, if it is packed, every other object of its pack block (each
+        named by its own hash); a damaged block falls back to ``get``."""
+        require_oid(oid)
+        located = self._locate(oid)
+        if located is not None:
+            pack, position = located
+            try:
+                with storage_errors("reading objects"):
+                    found = pack.block_objects(position)
+            except CorruptObject:
+                found = []
+            if any(other == oid for other, _, _ in found):
+                return found
+        kind, body = self.get(oid)
+        return [(oid, kind, body)]
+
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """Read several objects, each verified: the packed ones pack by pack (each block
         read and decompressed once), the rest with one query per ``_ROWS_PER_QUERY``

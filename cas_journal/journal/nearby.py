@@ -1,0 +1,94 @@
+"""Objects read together with their neighbours in the store, kept until asked for.
+
+Pack order puts a thread's entry nodes in chain order, its small payloads in the same
+order, and a run's message nodes and messages likewise (see ``maintenance.layout``). A
+reader walking such a chain one object at a time would look every object up in the pack
+index and slice it out of its block; ``NearbyObjects`` instead asks the store for the
+object *with its neighbours* (``ObjectStore.get_with_neighbours``: the rest of its pack
+block, each object named by its own hash, so verified) and keeps the neighbours until
+they are asked for. Each block is then decompressed and split once per walk.
+
+Only verified objects are kept, each is handed out once (a caller caches what it
+builds from it), and the total is bounded: the oldest neighbours are dropped first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+
+from ..backends import ObjectStore
+from ..objects import Kind
+
+MAX_PENDING_BYTES = 32 * 1024 * 1024
+"""Bodies of neighbours not asked for yet, kept at most."""
+
+
+class NearbyObjects:
+    """Reads objects through ``get_with_neighbours`` and keeps the neighbours for later."""
+
+    def __init__(self, objects: ObjectStore, max_bytes: int = MAX_PENDING_BYTES) -> None:
+        self.objects = objects
+        self.max_bytes = max_bytes
+        self._pending: dict[str, tuple[Kind, bytes]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, oid: str) -> tuple[Kind, bytes]:
+        """``(kind, body)`` of ``oid``, verified; ObjectNotFound if the store lacks it."""
+        found = self._take(oid)
+        if found is not None:
+            return found
+        result: tuple[Kind, bytes] | None = None
+        neighbours = self.objects.get_with_neighbours(oid)
+        with self._lock:
+            pending = self._pending
+            for other, kind, body in neighbours:
+                if other == oid:
+                    result = (kind, body)
+                elif other not in pending:
+                    pending[other] = (kind, body)
+                    self._bytes += len(body)
+            while self._bytes > self.max_bytes and pending:
+                oldest = next(iter(pending))
+                self._bytes -= len(pending.pop(oldest)[1])
+        if result is None:  # a store that answered without it: ask plainly
+            result = self.objects.get(oid)
+        return result
+
+    def _take(self, oid: str) -> tuple[Kind, bytes] | None:
+        with self._lock:
+            found = self._pending.pop(oid, None)
+            if found is not None:
+                self._bytes -= len(found[1])
+            return found
+
+    def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
+        """``(oid, kind, body)`` of each of ``oids`` (in the given order as far as they
+        are kept or packed together), each verified. Once the store answers one object
+        without neighbours (it is not packed), the rest go through the store's own
+        ``get_many``, which batches them."""
+        rest: list[str] = []
+        alone = False
+        for oid in dict.fromkeys(oids):
+            found = self._take(oid)
+            if found is not None:
+                yield oid, found[0], found[1]
+            elif alone:
+                rest.append(oid)
+            else:
+                before = len(self._pending)
+                kind, body = self.get(oid)
+                alone = len(self._pending) == before
+                yield oid, kind, body
+        if rest:
+            yield from self.objects.get_many(rest)
+
+    def clear(self) -> None:
+        """Forget every neighbour kept."""
+        with self._lock:
+            self._pending.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)

@@ -1,0 +1,330 @@
+"""The read path: pack blocks split into verified objects, the canonical entry parser
+against the JSON one, neighbours kept for a chain walk, entries shared between forks,
+and checkpoint messages that learn they hold no long integer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from journal_helpers import at, user
+
+import cas_journal as cj
+from cas_journal import maintenance
+from cas_journal.backends import MemoryStore
+from cas_journal.errors import CorruptObject, JournalError, ObjectNotFound
+from cas_journal.journal.nearby import NearbyObjects
+from cas_journal.journal.trusted import Constructor
+from cas_journal.objects import (
+    EntryNode,
+    Kind,
+    canonical_form,
+    object_id,
+    split_canonical_forms,
+)
+from cas_journal.objects import nodes as node_module
+from cas_journal.objects.canonical import parse_json_noting_long_ints
+
+OIDS = st.text("0123456789abcdef", min_size=64, max_size=64)
+KINDS = st.sampled_from(list(Kind))
+
+
+# -- pack blocks ---------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(KINDS, st.binary(max_size=300)), max_size=8))
+def test_split_names_each_object_by_its_hash(objects):
+    data = b"".join(canonical_form(kind, body) for kind, body in objects)
+    assert split_canonical_forms(data) == [
+        (object_id(kind, body), kind, body) for kind, body in objects
+    ]
+
+
+@given(
+    st.lists(st.tuples(KINDS, st.binary(max_size=60)), min_size=1, max_size=4),
+    st.data(),
+)
+def test_damaged_blocks_split_into_consistent_objects_or_fail_clearly(objects, data):
+    block = bytearray(b"".join(canonical_form(kind, body) for kind, body in objects))
+    for _ in range(data.draw(st.integers(1, 3))):
+        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        at_ = data.draw(st.integers(0, max(0, len(block) - 1)))
+        if action == "flip" and block:
+            block[at_] ^= 1 << data.draw(st.integers(0, 7))
+        elif action == "cut":
+            del block[at_:]
+        else:
+            block[at_:at_] = data.draw(st.binary(min_size=1, max_size=4))
+    try:
+        found = split_canonical_forms(bytes(block))
+    except CorruptObject:
+        return
+    assert b"".join(canonical_form(kind, body) for _, kind, body in found) == bytes(block)
+    for oid, kind, body in found:
+        assert oid == object_id(kind, body)
+
+
+@given(st.binary(max_size=200))
+def test_split_of_random_bytes_never_raises_anything_else(data):
+    try:
+        found = split_canonical_forms(data)
+    except CorruptObject:
+        return
+    for oid, kind, body in found:
+        assert oid == object_id(kind, body)
+
+
+# -- entry nodes: the canonical parser against the JSON one --------------------------------
+
+
+def _outcome(body: bytes, fast: bool) -> object:
+    saved = node_module._canonical_entry_fields
+    if not fast:
+        node_module._canonical_entry_fields = lambda _body: None  # type: ignore[assignment]
+    try:
+        return EntryNode.parse(body, "0" * 64)
+    except CorruptObject as exc:
+        return ("error", str(exc))
+    finally:
+        node_module._canonical_entry_fields = saved
+
+
+TURN_IDS = st.one_of(
+    st.just(""), st.text(max_size=12), st.sampled_from(['a"b', "a\\b", "\x01", "é"])
+)
+
+
+@st.composite
+def entry_nodes(draw: st.DrawFn) -> EntryNode:
+    depth = draw(st.integers(0, 2**40))
+    parent = draw(OIDS) if depth else None
+    skip = draw(OIDS) if depth >= 2 else None
+    second = draw(st.integers(0, 59))
+    micros = draw(st.integers(0, 999_999))
+    created = f"2026-0{draw(st.integers(1, 9))}-1{draw(st.integers(0, 9))}T12:34:{second:02d}.{micros:06d}Z"
+    return EntryNode(draw(OIDS), created, depth, parent, skip, draw(TURN_IDS))
+
+
+@given(entry_nodes())
+def test_canonical_entry_bodies_parse_the_same_both_ways(node):
+    body = node.body()
+    assert _outcome(body, fast=True) == node
+    assert _outcome(body, fast=False) == node
+
+
+@given(entry_nodes(), st.data())
+def test_damaged_entry_bodies_get_the_same_answer_both_ways(node, data):
+    body = bytearray(node.body())
+    position = data.draw(st.integers(0, len(body) - 1))
+    choice = data.draw(st.sampled_from(["flip", "replace", "delete"]))
+    if choice == "flip":
+        body[position] ^= 1 << data.draw(st.integers(0, 7))
+    elif choice == "replace":
+        body[position] = data.draw(st.sampled_from(b'0a"\\{},:9Z-. \x00\xff'))
+    else:
+        del body[position]
+    assert _outcome(bytes(body), fast=True) == _outcome(bytes(body), fast=False)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"created_at":"2026-13-01T00:00:00.000000Z","payload":"' + b"a" * 64 + b'"}',
+        b'{"created_at":"2026-01-01T00:00:00.000000Z","depth":1,"payload":"' + b"a" * 64 + b'"}',
+        b'{"created_at":"2026-01-01T00:00:00.000000Z","payload":"'
+        + b"a" * 64
+        + b'","turn_id":"\xff"}',
+        b'{"created_at":"2026-01-01T00:00:00.000000Z","depth":2,"parent":"'
+        + b"b" * 64
+        + b'","payload":"'
+        + b"a" * 64
+        + b'"}',
+    ],
+)
+def test_canonical_looking_but_invalid_entries_are_refused(body):
+    assert _outcome(body, fast=True) == _outcome(body, fast=False)
+    assert _outcome(body, fast=True)[0] == "error"  # type: ignore[index]
+
+
+# -- neighbours ----------------------------------------------------------------------------
+
+
+def _packed_thread(tmp_path, count: int = 40) -> tuple[cj.Journal, list[cj.Entry]]:
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    written = [user(j, "t", f"message {i} " + "x" * (i % 7), now=at(i)) for i in range(count)]
+    maintenance.pack(j.store)
+    maintenance.gc(j.store, prune_now=True)
+    return j, written
+
+
+def test_a_packed_object_comes_with_its_block_neighbours_all_verified(tmp_path):
+    j, written = _packed_thread(tmp_path)
+    found = j.store.objects.get_with_neighbours(written[5].id)
+    assert written[5].id in {oid for oid, _, _ in found}
+    assert len(found) > 1
+    for oid, kind, body in found:
+        assert oid == object_id(kind, body)
+        assert j.store.objects.get(oid) == (kind, body)
+
+
+def test_an_unpacked_object_comes_alone(tmp_path):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    entry = user(j, "t", "hello", now=at(1))
+    assert j.store.objects.get_with_neighbours(entry.id) == [
+        (entry.id, *j.store.objects.get(entry.id))
+    ]
+    with pytest.raises(ObjectNotFound):
+        j.store.objects.get_with_neighbours("f" * 64)
+
+
+def test_nearby_objects_hand_out_neighbours_once_and_stay_bounded(tmp_path):
+    j, written = _packed_thread(tmp_path)
+    calls: list[str] = []
+    store = j.store.objects
+    original = store.get_with_neighbours
+
+    def counting(oid: str) -> list[tuple[str, Kind, bytes]]:
+        calls.append(oid)
+        return original(oid)
+
+    store.get_with_neighbours = counting  # type: ignore[method-assign]
+    nearby = NearbyObjects(store)
+    ids = [entry.id for entry in written]
+    got = {oid: (kind, body) for oid, kind, body in nearby.get_many(ids)}
+    assert got == {oid: store.get(oid) for oid in ids}
+    assert len(calls) < len(ids)  # blocks, not objects
+    assert nearby.get(ids[0]) == store.get(ids[0])  # handed out already: read again
+    small = NearbyObjects(store, max_bytes=200)
+    small.get(ids[0])
+    assert sum(len(body) for _, body in small._pending.values()) <= 200
+
+
+def test_nearby_objects_batch_the_rest_when_nothing_is_packed():
+    store = MemoryStore().objects
+    oids = [store.put(Kind.BLOB, f"blob {i}".encode()) for i in range(5)]
+    batches: list[list[str]] = []
+    original = store.get_many
+
+    def recording(wanted):
+        wanted = list(wanted)
+        batches.append(wanted)
+        return original(wanted)
+
+    store.get_many = recording  # type: ignore[method-assign]
+    got = {oid: body for oid, _, body in NearbyObjects(store).get_many(oids)}
+    assert got == {oid: f"blob {i}".encode() for i, oid in enumerate(oids)}
+    assert batches == [oids[1:]]
+
+
+def test_a_damaged_block_falls_back_to_a_clear_error(tmp_path):
+    j, _ = _packed_thread(tmp_path)
+    j.close()
+    pack = next((tmp_path / "store" / "packs").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    for at_ in range(len(data) // 3, len(data), 97):
+        data[at_] ^= 0x55
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    reopened = cj.Journal.open(tmp_path / "store", durable=False)
+    with pytest.raises(JournalError):
+        reopened.path("t")
+
+
+def test_a_packed_path_reads_back_what_was_written(tmp_path):
+    j, written = _packed_thread(tmp_path, count=300)
+    j.close()
+    reopened = cj.Journal.open(tmp_path / "store", durable=False)
+    assert reopened.path("t") == written
+
+
+# -- entries shared between forks ------------------------------------------------------------
+
+
+def test_forks_see_shared_entries_under_their_own_thread_id():
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="a"))
+    first = user(j, "a", "one", now=at(1))
+    user(j, "a", "two", now=at(2))
+    j.fork("a", entry_id=first.id, new_thread_id="b", now=at(3))
+    user(j, "b", "three", now=at(4))
+    fresh = cj.Journal(j.store)  # nothing cached
+    a, b = fresh.path("a"), fresh.path("b")
+    assert [e.thread_id for e in a] == ["a", "a"]
+    assert [e.thread_id for e in b] == ["b", "b"]
+    assert b[0].model_copy(update={"thread_id": "a"}) == a[0]
+    assert b[0].model_fields_set == a[0].model_fields_set
+    assert fresh.entry("b", first.id).thread_id == "b"
+    assert fresh.entry("a", first.id).thread_id == "a"
+    assert [e.thread_id for e in fresh.iter_path("b")] == ["b", "b"]
+
+
+def test_constructor_copies_share_nothing_mutable_with_the_original():
+    build = Constructor(cj.Entry)
+    original = build({"type": "custom", "metadata": {"k": "v"}})
+    copy = build.replaced(original, {"thread_id": "t"})
+    assert copy.thread_id == "t" and original.thread_id == ""
+    assert copy.metadata == {"k": "v"} and copy.__dict__ is not original.__dict__
+    assert "thread_id" in copy.model_fields_set and "thread_id" not in original.model_fields_set
+
+
+def test_constructor_runs_content_validators_and_accepts_exact_strings():
+    build = Constructor(cj.Message)
+    assert build({"role": "user", "content": "hi"}).content == "hi"
+    blocks = [{"type": "text", "text": "hi"}]
+    assert build({"role": "user", "content": blocks}).content == blocks
+    with pytest.raises(ValueError):
+        build({"role": "user", "content": [{"type": "tool_use"}]})
+    with pytest.raises(ValueError):
+        build({"role": "user", "content": 5})
+
+
+# -- checkpoint messages ---------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200)
+@given(JSON_VALUES)
+def test_parse_noting_long_ints_is_exact_and_says_when_none_is_held(value):
+    text = json.dumps(value)
+    parsed, long_ints = parse_json_noting_long_ints(text.encode())
+    assert parsed == json.loads(text) and json.dumps(parsed) == text
+    if not long_ints:
+        assert "long" not in _int_sizes(parsed)
+
+
+def _int_sizes(value: object) -> set[str]:
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {"long" if abs(value) >= 2**63 else "short"}
+    if isinstance(value, dict):
+        return set().union(*map(_int_sizes, value.values()))
+    if isinstance(value, list):
+        return set().union(*map(_int_sizes, value))
+    return set()
+
+
+def test_checkpoint_loads_stay_exact_after_the_first(tmp_path):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    messages = [{"role": "user", "n": 2**70}, {"role": "assistant", "x": 1.5, "y": 1}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
+    maintenance.pack(j.store)
+    j.close()
+    for _ in range(3):
+        reopened = cj.Journal.open(tmp_path / "store", durable=False)
+        for _ in range(3):
+            loaded = reopened.checkpoints.load("r").messages
+            assert loaded == messages
+            assert type(loaded[0]["n"]) is int and type(loaded[1]["y"]) is int
+        reopened.close()
