@@ -623,3 +623,83 @@ def test_entries_read_back_equal_what_was_validated_when_written(tmp_path):
     assert read == written
     for entry in read:  # the same as a full pydantic validation of the stored data
         assert cj.Entry.model_validate(entry.model_dump()) == entry
+
+
+# -- a writer's remembered head ------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "local"])
+def two_writers(request, tmp_path):
+    """Two journals over one store: each remembers the heads it wrote, the other moves them."""
+    if request.param == "memory":
+        first = cj.Journal.memory()
+        second = cj.Journal(first.store)
+    else:
+        first = cj.Journal.open(tmp_path / "store", durable=False)
+        second = cj.Journal.open(tmp_path / "store", durable=False)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def _message(text: str, **fields) -> cj.Entry:
+    return cj.Entry(
+        thread_id="t",
+        type=cj.EntryType.USER_MESSAGE,
+        message=cj.Message(role="user", content=text),
+        **fields,
+    )
+
+
+def test_an_append_after_another_writer_moved_the_thread_goes_on_its_leaf(two_writers):
+    a, b = two_writers
+    a.create_thread(cj.ThreadMeta(id="t"))
+    first = a.append(_message("one"))
+    theirs = b.append(_message("two"))  # a's remembered head is now stale
+    mine = a.append(_message("three"))
+    assert mine.parent_id == theirs.id
+    assert [e.id for e in b.path("t")] == [first.id, theirs.id, mine.id]
+
+
+def test_a_parent_only_the_other_writer_added_is_found(two_writers):
+    a, b = two_writers
+    a.create_thread(cj.ThreadMeta(id="t"))
+    a.append(_message("one"))
+    theirs = b.append(_message("two"))
+    mine = a.append(_message("reply"), parent_id=theirs.id)  # not in a's remembered head
+    assert mine.parent_id == theirs.id and b.thread("t").leaf_id == mine.id
+
+
+def test_a_retry_is_not_taken_for_a_no_op_on_a_stale_head(two_writers):
+    a, b = two_writers
+    a.create_thread(cj.ThreadMeta(id="t"))
+    root = a.append(_message("one", created_at=at(1)))
+    again = _message("two", created_at=at(2))
+    second = a.append(again, parent_id=root.id)
+    b.move_leaf("t", root.id)  # a still remembers ``second`` as the leaf
+    assert a.append(again, parent_id=root.id).id == second.id  # the same entry, rebuilt
+    assert b.thread("t").leaf_id == second.id  # and made the leaf again: not skipped
+    b.move_leaf("t", root.id)
+    a.move_leaf("t", second.id)  # a remembers it there already: must still move it
+    assert b.thread("t").leaf_id == second.id
+
+
+def test_a_thread_deleted_by_another_writer_is_not_appended_to(two_writers):
+    a, b = two_writers
+    a.create_thread(cj.ThreadMeta(id="t"))
+    a.append(_message("one"))
+    b.delete_thread("t")
+    with pytest.raises(cj.ThreadNotFound):
+        a.append(_message("two"))
+
+
+def test_a_writer_appending_to_its_own_thread_reads_no_ref(two_writers):
+    a, _ = two_writers
+    a.create_thread(cj.ThreadMeta(id="t"))
+    a.append(_message("one"))
+    reads = []
+    original = a.store.refs.read_ref
+    a.store.refs.read_ref = lambda name: reads.append(name) or original(name)  # type: ignore[method-assign]
+    for n in range(5):
+        a.append(_message(f"more {n}"))
+    assert reads == []

@@ -8,6 +8,13 @@ probed for existence (the backend freshens what it already holds). If another wr
 there first, the swap loses, ``commit`` reads the new head and calls ``build`` again;
 ``build`` decides whether the change still applies (an append to the default leaf
 re-parents) or raises ConflictError. A no-op ``build`` returns None and nothing is written.
+
+The first head ``commit`` tries is the newest this journal has read or written of the
+thread (``ThreadStates.last``), so a writer appending to its own thread reads no ref at
+all. That head may be stale; the compare-and-swap is what makes it safe: a stale head
+loses the swap and the change is rebuilt on the head read then. A decision that would
+end without a swap (``build`` raising, or finding nothing to do) is never taken on a
+remembered head: the thread is read and ``build`` asked again.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..backends import IndexUpdate, NewObject, RefUpdate, Store
-from ..errors import AppendCommittedError, ConflictError, StorageError
+from ..errors import AppendCommittedError, ConflictError, JournalError, StorageError
 from ..objects import Kind, ThreadStateNode
 from .state import ThreadHead, ThreadStates, thread_ref
 
@@ -74,17 +81,31 @@ def commit(
     compare-and-swap reads the thread again.
     """
     name = thread_ref(thread_id)
+    remembered = False
+    if head is None:
+        head = states.last(thread_id)
+        remembered = head is not None
     for attempt in range(MAX_ATTEMPTS):
         if head is None:
             head = states.read(thread_id)
-        update = build(head)
+            remembered = False
+        try:
+            update = build(head)
+        except JournalError:
+            if not remembered:
+                raise
+            head = None  # decide again on the thread as it is now
+            continue
         if update is None:
+            if remembered:
+                head = None
+                continue
             return None, head
         state_oid, state_body = states.write(update.state)
         objects = [*update.objects, NewObject(state_oid, Kind.THREAD, state_body)]
         swap = RefUpdate(name, head.state_oid, state_oid, reason)
         if commit_or_report(states.store, objects, swap, result=update.result):
-            return update, ThreadHead(thread_id, state_oid, update.state)
+            return update, states.remember(ThreadHead(thread_id, state_oid, update.state))
         head = None
         pause(attempt)
     raise ConflictError(

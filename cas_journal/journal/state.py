@@ -178,6 +178,7 @@ class ThreadStates:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._states: BoundedCache[str, ThreadStateNode] = BoundedCache(4096)
+        self._heads: BoundedCache[str, ThreadHead] = BoundedCache(4096)
 
     def state(self, oid: str) -> ThreadStateNode:
         """A thread-state object, parsed and cached."""
@@ -200,7 +201,17 @@ class ThreadStates:
         state = self.state(value)
         if state.meta.get("id") != thread_id:
             raise CorruptObject(f"state of thread {thread_id!r} names another thread", value)
-        return ThreadHead(thread_id, value, state)
+        return self.remember(ThreadHead(thread_id, value, state))
+
+    def remember(self, head: ThreadHead) -> ThreadHead:
+        """Note ``head`` as the newest this journal has seen of its thread (see ``last``)."""
+        return self._heads.put(head.thread_id, head)
+
+    def last(self, thread_id: str) -> ThreadHead | None:
+        """The newest head of the thread this journal read or wrote, without reading the
+        ref: possibly stale (another writer may have moved the thread since), so only a
+        compare-and-swap may use it, which fails on a stale head (see ``commit``)."""
+        return self._heads.get(thread_id)
 
     def successor(
         self,

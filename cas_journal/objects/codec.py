@@ -24,7 +24,13 @@ DEFAULT_MAX_OBJECT_SIZE = 64 * 1024 * 1024
 """Default limit on an object's body (64 MiB)."""
 MAX_HEADER_LENGTH = 32
 """The canonical header is ``kind SP decimal-length NUL``; it is never longer than this."""
-COMPRESSION_LEVEL = 3
+COMPRESSION_LEVEL = -1
+"""zstd level of an object's own frame. Any level makes a valid frame (readers never need
+to know it); -1, zstd's first fast level, compresses a typical 1-4 KiB object in half the
+CPU time of level 3 (7.7 against 16.5 us on this project's benchmark objects) at a ratio
+of 0.51 instead of 0.40. Frames are what a commit writes on the hot path and what ``pack``
+replaces: packs compress their blocks at their own level (3), so the bytes of a packed
+store do not depend on this one."""
 
 _OID = re.compile(r"[0-9a-f]{64}")
 
