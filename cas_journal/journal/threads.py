@@ -141,7 +141,9 @@ class ThreadBook:
         are freshened first, so a concurrent gc keeps them; a missing one is EntryNotFound.
         """
         name = thread_ref(thread_id)
-        if self.store.refs.read_ref(name) is not None:
+        atomic = self.store.capabilities.atomic_commit
+        if not atomic and self.store.refs.read_ref(name) is not None:
+            # (a store that commits atomically refuses the swap instead: no probe needed)
             raise ThreadExists(f"thread {thread_id!r} already exists")
         missing = self.store.objects.freshen(list(linked))
         if missing:
@@ -153,7 +155,7 @@ class ThreadBook:
         swap = RefUpdate(name, None, state_oid, reason)
         objects = [NewObject(state_oid, Kind.THREAD, body)]
         if not commit_or_report(self.store, objects, swap, [IndexUpdate(index, "1")], meta):
-            if not self.store.capabilities.atomic_commit:
+            if not atomic:
                 self._drop_stale_index(thread_id, index)
             raise ThreadExists(f"thread {thread_id!r} already exists")
         return meta
