@@ -182,3 +182,14 @@ def test_random_command_lines_never_give_a_traceback(store, command, arguments, 
             result.stderr,
         )
         assert "internal error" not in lines[0], (command, arguments, lines[0])
+
+
+@pytest.mark.parametrize("command", [["import"], ["pull"], ["show"], ["threads", "--after"]])
+@pytest.mark.parametrize("argument", ["\x00", "nul\x00l"])
+def test_an_argument_with_a_nul_character_is_a_usage_error(store, command, argument):
+    result = CliRunner().invoke(cli, ["--store", str(store), *command, argument])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.stderr.strip().splitlines() == [result.stderr.strip()]
+        and "NUL character" in result.stderr
+    )

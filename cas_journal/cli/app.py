@@ -201,8 +201,12 @@ class RootGroup(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
-        """Parse the group's own options; usage errors become one line."""
+        """Parse the group's own options; usage errors become one line. An argument with
+        a NUL character is refused here: no path, id or name can hold one (a real command
+        line cannot even carry it), and the file system calls would raise on it."""
         try:
+            if any("\0" in arg for arg in args):
+                raise click.UsageError("an argument holds a NUL character, which no argument can")
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _usage(exc) from exc
