@@ -307,7 +307,9 @@ def _int_sizes(value: object) -> set[str]:
     if isinstance(value, bool):
         return set()
     if isinstance(value, int):
-        return {"long" if abs(value) >= 2**63 else "short"}
+        # orjson reads every integer from -2**63 to 2**64 - 1 exactly, and only others
+        # as floats: "long" is what a parse without the scan would get wrong
+        return {"short" if -(2**63) <= value < 2**64 else "long"}
     if isinstance(value, dict):
         return set().union(*map(_int_sizes, value.values()))
     if isinstance(value, list):
