@@ -41,8 +41,8 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ..objects import Kind
-from ..packs import PackedObject
+from ..objects import Kind, parse_canonical
+from ..packs import PackedObject, PackReader
 
 Progress = Callable[[str, int, int | None], None]
 """Called as ``progress(label, done, total)`` during long work."""
@@ -106,6 +106,26 @@ class CopyCheck:
     kind: Kind | None
     """The verified kind; None when the copy (or the pack) is damaged."""
     problem: str | None = None
+
+
+def check_pack(name: str, pack: PackReader) -> Iterator[CopyCheck]:
+    """What ``verify`` reports of one pack: the pack as a whole (its index checksum and
+    order), then every object it holds, walked block by block and checked against its
+    oid. Errors of the walk itself (e.g. a pack replaced meanwhile) propagate."""
+    problem = None
+    if not pack.verify_trailer():
+        problem = "pack index checksum does not match its content"
+    else:
+        unsorted = pack.index.unsorted_at()
+        if unsorted >= 0:
+            problem = f"index is not sorted at position {unsorted}"
+    yield CopyCheck(name, None, None, problem)
+    for walked in pack.walk():
+        if walked.data is None:
+            yield CopyCheck(name, walked.oid, None, str(walked.error))
+        else:
+            kind, _ = parse_canonical(walked.oid, walked.data)
+            yield CopyCheck(name, walked.oid, kind)
 
 
 class StoredCopies(abc.ABC):

@@ -40,6 +40,7 @@ from ..copies import (
     StoredCopies,
     StoredCopy,
     WrittenPack,
+    check_pack,
 )
 from .fsutil import fsync_dir, storage_errors
 from .objects import LocalObjectStore
@@ -240,20 +241,7 @@ class LocalStoredCopies(StoredCopies):
             for name, reason in sorted(objects.unreadable_packs().items()):
                 yield CopyCheck(name, None, None, reason)
             for pack in objects.packs():
-                problem = None
-                if not pack.verify_trailer():
-                    problem = "pack index checksum does not match its content"
-                else:
-                    unsorted = pack.index.unsorted_at()
-                    if unsorted >= 0:
-                        problem = f"index is not sorted at position {unsorted}"
-                yield CopyCheck(pack.name, None, None, problem)
-                for walked in pack.walk():
-                    if walked.data is None:
-                        yield CopyCheck(pack.name, walked.oid, None, str(walked.error))
-                    else:
-                        kind, _ = parse_canonical(walked.oid, walked.data)
-                        yield CopyCheck(pack.name, walked.oid, kind)
+                yield from check_pack(pack.name, pack)
         for oid, _ in objects.iter_loose():
             try:
                 kind = objects.verify_row(oid)

@@ -35,6 +35,7 @@ from ..copies import (
     StoredCopies,
     StoredCopy,
     WrittenPack,
+    check_pack,
 )
 from .lease import MaintenanceLease
 from .manifest import Manifest
@@ -252,22 +253,8 @@ class S3StoredCopies(StoredCopies, CondemnedPacks):
         for name, reason in sorted(packs.broken.items()):
             yield CopyCheck(name, None, None, reason)
         for pack in opened:
-            reader = pack.reader
-            problem = None
-            if not reader.verify_trailer():
-                problem = "pack index checksum does not match its content"
-            else:
-                unsorted = reader.index.unsorted_at()
-                if unsorted >= 0:
-                    problem = f"index is not sorted at position {unsorted}"
-            yield CopyCheck(pack.name, None, None, problem)
             try:
-                for walked in reader.walk():
-                    if walked.data is None:
-                        yield CopyCheck(pack.name, walked.oid, None, str(walked.error))
-                    else:
-                        kind, _ = parse_canonical(walked.oid, walked.data)
-                        yield CopyCheck(pack.name, walked.oid, kind)
+                yield from check_pack(pack.name, pack.reader)
             except PackGone:
                 continue  # replaced while we read it: its objects are elsewhere now
         loose = list(self.objects.iter_loose())
