@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -71,6 +73,29 @@ class _Options:
     as_json: bool = False
 
 
+def _sync_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` the options of every sync command (--ref, --no-merge,
+    --allow-unrelated, --repair, --json), handed to it as one ``options`` argument."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        refs: tuple[str, ...],
+        no_merge: bool,
+        allow_unrelated: bool,
+        repair: bool,
+        as_json: bool,
+        **kwargs: Any,
+    ) -> None:
+        options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
+        command(*args, options=options, **kwargs)
+
+    decorated: Callable[..., None] = run
+    for option in (json_option, _repair_option, _unrelated_option, _merge_option, _refs_option):
+        decorated = option(decorated)
+    return decorated
+
+
 def _run(ctx: click.Context, src: Journal, dst: Journal, options: _Options) -> None:
     from ..maintenance.sync import sync
 
@@ -99,72 +124,30 @@ def _run(ctx: click.Context, src: Journal, dst: Journal, options: _Options) -> N
 @click.command("sync")
 @click.argument("source")
 @click.argument("destination")
-@_refs_option
-@_merge_option
-@_unrelated_option
-@_repair_option
-@json_option
+@_sync_options
 @click.pass_context
-def sync_command(
-    ctx: click.Context,
-    source: str,
-    destination: str,
-    refs: tuple[str, ...],
-    no_merge: bool,
-    allow_unrelated: bool,
-    repair: bool,
-    as_json: bool,
-) -> None:
+def sync_command(ctx: click.Context, source: str, destination: str, options: _Options) -> None:
     """Copy what DESTINATION lacks from SOURCE and update its refs (paths or s3:// URLs)."""
-    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
     _run(ctx, open_location(source), open_location(destination), options)
 
 
 @click.command()
 @click.argument("remote")
-@_refs_option
-@_merge_option
-@_unrelated_option
-@_repair_option
-@json_option
+@_sync_options
 @pass_env
 @click.pass_context
-def push(
-    ctx: click.Context,
-    env: Env,
-    remote: str,
-    refs: tuple[str, ...],
-    no_merge: bool,
-    allow_unrelated: bool,
-    repair: bool,
-    as_json: bool,
-) -> None:
+def push(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
     """Sync this store into REMOTE."""
-    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
     _run(ctx, env.journal(), open_location(remote), options)
 
 
 @click.command()
 @click.argument("remote")
-@_refs_option
-@_merge_option
-@_unrelated_option
-@_repair_option
-@json_option
+@_sync_options
 @pass_env
 @click.pass_context
-def pull(
-    ctx: click.Context,
-    env: Env,
-    remote: str,
-    refs: tuple[str, ...],
-    no_merge: bool,
-    allow_unrelated: bool,
-    repair: bool,
-    as_json: bool,
-) -> None:
+def pull(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
     """Sync REMOTE into this store."""
-    options = _Options(refs, no_merge, allow_unrelated, repair, as_json)
     _run(ctx, open_location(remote), env.journal(), options)
 
 
