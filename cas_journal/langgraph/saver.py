@@ -178,15 +178,24 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             or (checkpoint_id is None and record.newest_id == record.checkpoint_id)
         ):
             return self._tuple(thread_id, namespace, record, record.writes)
+        located = self._locate(ref, head, checkpoint_id)
+        if located is None:
+            return None
+        index, found_id, record = located
+        return self._tuple(thread_id, namespace, record, index.writes_of(found_id))
+
+    def _locate(
+        self, ref: str, head: str, checkpoint_id: str | None
+    ) -> tuple[ChainIndex, str, Record] | None:
+        """The chain index of ``ref`` at ``head``, and the id and record of its checkpoint
+        ``checkpoint_id`` (the newest if None); None if there is no such checkpoint."""
         index = self._index(ref, head)
         if checkpoint_id is None:
             if not index.checkpoints:
                 return None
             checkpoint_id = max(index.checkpoints)
         found = index.checkpoints.get(checkpoint_id)
-        if found is None:
-            return None
-        return self._tuple(thread_id, namespace, found[1], index.writes_of(checkpoint_id))
+        return None if found is None else (index, checkpoint_id, found[1])
 
     def _namespaces(
         self, config: RunnableConfig | None
@@ -664,19 +673,15 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         head = self.records.head(ref)
         if head is None:
             return empty
-        index = self._index(ref, head)
-        if checkpoint_id is None:
-            if not index.checkpoints:
-                return empty
-            checkpoint_id = max(index.checkpoints)
-        target = index.checkpoints.get(checkpoint_id)
-        if target is None:
+        located = self._locate(ref, head, checkpoint_id)
+        if located is None:
             return empty
+        index, _, target = located
         collected: dict[str, builtins.list[PendingWrite]] = {ch: [] for ch in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
         seen: set[str] = set()
-        current = target[1].parent_id
+        current = target.parent_id
         while current is not None and remaining and current not in seen:
             seen.add(current)
             found = index.checkpoints.get(current)
