@@ -26,10 +26,8 @@ class BoundedCache(Generic[K, V]):
         self.max_weight = max_weight
         self.weight = 0
         self._data: dict[K, V] = {}
-
-    def get(self, key: K) -> V | None:
-        """The cached value, or None."""
-        return self._data.get(key)
+        self.get: Callable[[K], V | None] = self._data.get
+        """The cached value, or None (the dict's own ``get``: lookups are on hot paths)."""
 
     def put(self, key: K, value: V) -> V:
         """Cache and return ``value``."""

@@ -113,44 +113,52 @@ class EntryReader:
         """Entries from the root to ``leaf`` as seen from ``thread_id``."""
         if not leaf:
             return []
-        cached = self._paths.get((thread_id, leaf))
+        paths_get, entries_get, node = self._paths.get, self._entries.get, self.graph.node
+        cached = paths_get((thread_id, leaf))
         if cached is not None:
             return list(cached)
-        tail: list[str] = []
+        oids: list[str] = []
+        found: list[Entry | None] = []
         prefix: tuple[Entry, ...] = ()
-        current: str | None = leaf
-        while current is not None:
-            found = self._paths.get((thread_id, current))
-            if found is not None:
-                prefix = found
+        current = leaf
+        while current:
+            known = paths_get((thread_id, current))
+            if known is not None:
+                prefix = known
                 break
-            tail.append(current)
-            current = self.graph.node(current).parent
-        tail.reverse()
-        full = prefix + tuple(self._entries_of(thread_id, tail))
+            entry = entries_get(current)
+            oids.append(current)
+            found.append(entry)
+            current = entry.parent_id if entry is not None else (node(current).parent or "")
+        oids.reverse()
+        found.reverse()
+        full = prefix + tuple(self._entries_of(thread_id, oids, found))
         self._paths.put((thread_id, leaf), full)
         return list(full)
 
-    def _entries_of(self, thread_id: str, oids: list[str]) -> list[Entry]:
-        """The entries ``oids`` (nodes cached) as seen from ``thread_id``, the payloads
-        not cached read in path order (pack order: each block is split once)."""
-        found = [self._entries.get(oid) for oid in oids]
-        nodes = [self.graph.node(oid) for oid in oids]
-        wanted = [
-            node.payload
-            for entry, node in zip(found, nodes, strict=True)
-            if entry is None and self._payloads.get(node.payload) is None
+    def _entries_of(
+        self, thread_id: str, oids: list[str], found: list[Entry | None]
+    ) -> list[Entry]:
+        """The entries ``oids`` (``found``: those cached) as seen from ``thread_id``; the
+        payloads not cached are read in path order (pack order: each block split once)."""
+        missing = [
+            (index, self.graph.node(oid)) for index, oid in enumerate(oids) if found[index] is None
         ]
+        payloads_get = self._payloads.get
+        wanted = [node.payload for _, node in missing if payloads_get(node.payload) is None]
         texts: dict[str, str] = {}
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             texts[oid] = _payload_text(oid, kind, body)
-        out: list[Entry] = []
-        for entry, oid, node in zip(found, oids, nodes, strict=True):
-            if entry is None:
-                text = texts.get(node.payload) or self.raw_payload(node.payload)
-                entry = self._entries.put(oid, self.build(oid, node, text, thread_id))
-            out.append(entry if entry.thread_id == thread_id else self._seen_from(entry, thread_id))
-        return out
+        for index, node in missing:
+            oid = oids[index]
+            text = texts.get(node.payload) or self.raw_payload(node.payload)
+            found[index] = self._entries.put(oid, self.build(oid, node, text, thread_id))
+        replaced = _ENTRY.replaced
+        return [
+            entry if entry.thread_id == thread_id else replaced(entry, {"thread_id": thread_id})
+            for entry in found
+            if entry is not None
+        ]
 
     def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
         """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).

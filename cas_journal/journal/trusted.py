@@ -24,6 +24,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, TypeAdapter
 
 M = TypeVar("M", bound=BaseModel)
+_set = object.__setattr__
 Convert = Callable[[Any], Any]
 
 
@@ -171,10 +172,10 @@ class Constructor(Generic[M]):
                 fields[name] = factory()  # type: ignore[call-arg]
         fields.update(values)
         model = self.model.__new__(self.model)
-        object.__setattr__(model, "__dict__", fields)
-        object.__setattr__(model, "__pydantic_fields_set__", fields_set)
-        object.__setattr__(model, "__pydantic_extra__", None)
-        object.__setattr__(model, "__pydantic_private__", None)
+        _set(model, "__dict__", fields)
+        _set(model, "__pydantic_fields_set__", fields_set)
+        _set(model, "__pydantic_extra__", None)
+        _set(model, "__pydantic_private__", None)
         return model
 
     def __call__(self, data: Any) -> M:
@@ -187,16 +188,15 @@ class Constructor(Generic[M]):
         they are: a shallow copy, as ``model_copy(update=...)`` makes, without its cost."""
         if not self._direct:
             return model.model_copy(update=trusted)
-        fields = dict(model.__dict__)
-        fields.update(trusted)
+        fields = {**model.__dict__, **trusted}
         copy = self.model.__new__(self.model)
-        object.__setattr__(copy, "__dict__", fields)
         fields_set = model.__pydantic_fields_set__
         if not fields_set.issuperset(trusted):
             fields_set = fields_set | set(trusted)
-        object.__setattr__(copy, "__pydantic_fields_set__", fields_set)
-        object.__setattr__(copy, "__pydantic_extra__", None)
-        object.__setattr__(copy, "__pydantic_private__", None)
+        _set(copy, "__dict__", fields)
+        _set(copy, "__pydantic_fields_set__", fields_set)
+        _set(copy, "__pydantic_extra__", None)
+        _set(copy, "__pydantic_private__", None)
         return copy
 
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
