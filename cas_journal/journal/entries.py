@@ -22,10 +22,13 @@ from .models import Entry
 from .payload import parse_payload
 from .trusted import Constructor
 
-PATH_CACHE_SIZE = 16
+PATH_CACHE_SIZE = 256
+"""Paths kept, at most (a listing that shows every conversation reads each in turn)."""
 PATH_CACHE_ENTRIES = 50_000
 """Entries held by cached paths, at most (a 10,000-entry path is one fifth of it)."""
 ENTRY_CACHE_SIZE = 1 << 14
+ENTRY_CACHE_BYTES = 64 * 1024 * 1024
+"""Built entries kept for reuse (by every thread that shares them), at most."""
 PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 """Payload text (tool outputs can be large) kept for reuse, at most."""
 
@@ -57,7 +60,7 @@ class EntryReader:
         self._entries: BoundedCache[str, Entry] = BoundedCache(
             ENTRY_CACHE_SIZE,
             weigh=lambda entry: 2 * len(entry.raw) + 1500,
-            max_weight=PAYLOAD_CACHE_BYTES,
+            max_weight=ENTRY_CACHE_BYTES,
         )
         self._paths: BoundedCache[tuple[str, str], tuple[Entry, ...]] = BoundedCache(
             PATH_CACHE_SIZE, weigh=len, max_weight=PATH_CACHE_ENTRIES
