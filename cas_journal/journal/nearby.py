@@ -57,11 +57,12 @@ class NearbyObjects:
         return result
 
     def _take(self, oid: str) -> tuple[Kind, bytes] | None:
-        with self._lock:
-            found = self._pending.pop(oid, None)
-            if found is not None:
-                self._bytes -= len(found[1])
-            return found
+        # one atomic pop, no lock (this runs once per object of a walk); the byte count
+        # only bounds memory, and it restarts from zero whenever nothing is kept
+        found = self._pending.pop(oid, None)
+        if found is not None:
+            self._bytes = self._bytes - len(found[1]) if self._pending else 0
+        return found
 
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """``(oid, kind, body)`` of each of ``oids`` (in the given order as far as they
