@@ -27,10 +27,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
 from ..objects import Kind, ObjectCodec, is_oid, object_id
-from .copies import StoredCopies
+
+if TYPE_CHECKING:
+    from .copies import StoredCopies  # backends that keep copies import it themselves
 
 MAX_REF_VALUE_BYTES = 64 * 1024
 

@@ -12,8 +12,6 @@ from typing import Any, TypedDict, Unpack
 
 from ..errors import InvalidInputError
 from .base import Store
-from .local import LocalStore
-from .memory import MemoryStore
 
 
 class StoreOptions(TypedDict, total=False):
@@ -66,6 +64,8 @@ def open_store(location: str | os.PathLike[str], **options: Unpack[StoreOptions]
     text = os.fspath(location)
     if text.startswith("memory://"):
         check_options(dict(options), frozenset(), "a memory store")
+        from .memory import MemoryStore
+
         return MemoryStore()
     if text.startswith("s3://"):
         check_options(dict(options), S3_OPTIONS, "an S3 store")
@@ -76,4 +76,6 @@ def open_store(location: str | os.PathLike[str], **options: Unpack[StoreOptions]
     if "://" in text:
         raise InvalidInputError(f"unsupported store location {text!r}")
     check_options(dict(options), LOCAL_OPTIONS, "a local store")
+    from .local import LocalStore  # each backend is imported only when it is used
+
     return LocalStore(text, **options)  # type: ignore[misc]

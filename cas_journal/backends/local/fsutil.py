@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from collections.abc import Iterator
 
 from ...errors import StorageError
@@ -37,7 +36,7 @@ StrPath = str | os.PathLike[str]
 
 def temp_name(directory: StrPath, hint: str = "") -> str:
     """A fresh hidden temp-file path inside ``directory`` (never a valid object/ref name)."""
-    return f"{os.fspath(directory)}{os.sep}.tmp-{hint}{secrets.token_hex(8)}"
+    return f"{os.fspath(directory)}{os.sep}.tmp-{hint}{os.urandom(8).hex()}"
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

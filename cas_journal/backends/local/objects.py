@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import CorruptObject, JournalError, ObjectNotFound, StorageError
 from ...objects import (
@@ -54,14 +55,18 @@ from ...objects import (
     require_oid,
     typed_references,
 )
-from ...packs import BlockCache, PackedObject
-from ...packs.merging import packs_to_merge
 from ..base import NewObject, ObjectStore
 from .commits import Change, Committer, now_micros
 from .database import Database
 from .fsutil import storage_errors
 from .locks import WritersLock, maintenance_lock
-from .packs import LocalPack, remove_pack_files, write_merged_pack, write_pack
+
+if TYPE_CHECKING:
+    from ...packs import BlockCache
+    from .packs import LocalPack
+
+# The pack modules (reader, writer, merging) are imported where packs are read or
+# written: a store that holds only rows (a new or small one) never imports them.
 
 RESERVE_FILE = "reserve"
 RESERVE_BYTES = 512 * 1024
@@ -134,7 +139,8 @@ class LocalObjectStore(ObjectStore):
         self.writers = writers
         self.root = root
         self.packs_dir = root / "packs"
-        self.cache = BlockCache()
+        self.cache: BlockCache | None = None
+        """Decompressed blocks shared by the packs (made with the first pack)."""
         self._packs: dict[str, LocalPack] = {}
         self._unreadable: dict[str, str] = {}
         self._last_found: LocalPack | None = None
@@ -171,7 +177,14 @@ class LocalObjectStore(ObjectStore):
                 self._last_found = None
             for gone in set(self._unreadable) - names:
                 del self._unreadable[gone]
-            for name in sorted(names - set(self._packs)):
+            added = sorted(names - set(self._packs))
+            if added:
+                from ...packs import BlockCache
+                from .packs import LocalPack
+
+                if self.cache is None:
+                    self.cache = BlockCache()
+            for name in added:
                 index_path = self.packs_dir / f"{name}.idx"
                 try:
                     self._packs[name] = LocalPack(
@@ -246,7 +259,12 @@ class LocalObjectStore(ObjectStore):
         the damage. The merged pack is complete, synced and checked before any old one
         goes, so a crash at any point leaves at worst duplicates.
         """
-        if self._merging_failed or len(packs_to_merge(self.packs())) < 2:
+        if self._merging_failed or len(self.packs()) < 2:
+            return 0
+        from ...packs.merging import packs_to_merge
+        from .packs import write_merged_pack
+
+        if len(packs_to_merge(self.packs())) < 2:
             return 0
         with self.maintenance_lock(wait=False) as held:
             chosen = packs_to_merge(self.packs()) if held else []
@@ -272,6 +290,8 @@ class LocalObjectStore(ObjectStore):
 
     def remove_pack(self, pack: LocalPack) -> None:
         """Delete a pack: its index first, so no reader finds an index without data."""
+        from .packs import remove_pack_files
+
         remove_pack_files(self.packs_dir, pack.name, self.durable)
         self.refresh_packs()
 
@@ -571,6 +591,9 @@ class LocalObjectStore(ObjectStore):
         return oids
 
     def _write_batch_pack(self, new: list[tuple[str, Kind, bytes]]) -> None:
+        from ...packs import PackedObject
+        from .packs import write_pack
+
         with storage_errors("writing objects"):
             self.packs_dir.mkdir(exist_ok=True)
             write_pack(

@@ -27,6 +27,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import StorageError, StoreFormatError
 from ...names import split_ref_name
@@ -41,7 +42,6 @@ from ..base import (
     parse_format_record,
 )
 from .commits import Change, Committer
-from .copies import LocalStoredCopies
 from .database import (
     DATABASE_FILE,
     Database,
@@ -54,6 +54,9 @@ from .fsutil import fsync_dir, storage_errors, temp_name, write_new_file
 from .locks import WritersLock
 from .objects import LocalObjectStore, ensure_reserve
 from .refs import LocalRefStore
+
+if TYPE_CHECKING:
+    from .copies import LocalStoredCopies
 
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
@@ -119,6 +122,17 @@ def write_format(root: Path, version: int, replace: bool) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     fsync_dir(root)
+
+
+_FORMAT_2_ENTRIES = frozenset({FORMAT_FILE, *_INIT_LEFTOVERS})
+
+
+def _unexpected_entries(root: Path) -> bool:
+    """True if ``root`` holds anything besides a format-2 store's own files: then
+    ``migration.remove_leftovers`` looks for what a migration left behind (a store that
+    holds nothing else never imports the migration code)."""
+    with os.scandir(root) as entries:
+        return any(entry.name not in _FORMAT_2_ENTRIES for entry in entries)
 
 
 def _interrupted_init(root: Path) -> bool:
@@ -243,7 +257,7 @@ class LocalStore(Store):
                 from .migration import migrate
 
                 migrate(self.root, max_object_size)
-            elif not read_only:
+            elif not read_only and _unexpected_entries(self.root):
                 from .migration import remove_leftovers
 
                 remove_leftovers(self.root)
@@ -258,7 +272,21 @@ class LocalStore(Store):
             self.root, codec, durable, self.db, self.committer, self.writers
         )
         self.refs: LocalRefStore = LocalRefStore(self.db, self.committer)
-        self.stored_copies: LocalStoredCopies = LocalStoredCopies(self.objects)
+        self._stored_copies: LocalStoredCopies | None = None
+
+    @property
+    def stored_copies(self) -> LocalStoredCopies:
+        """The store's loose rows and packs, for pack, gc and fsck (made on first use:
+        commands that only read and write threads never import the pack writer)."""
+        if self._stored_copies is None:
+            from .copies import LocalStoredCopies
+
+            self._stored_copies = LocalStoredCopies(self.objects)
+        return self._stored_copies
+
+    @stored_copies.setter
+    def stored_copies(self, copies: LocalStoredCopies) -> None:
+        self._stored_copies = copies
 
     def commit(
         self,
