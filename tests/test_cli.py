@@ -1094,6 +1094,7 @@ def test_threads_imports_only_what_listing_a_small_store_needs(run):
     journal_modules = _under(modules, "cas_journal.journal")
     assert journal_modules == [
         "cas_journal.journal",
+        "cas_journal.journal.cache",
         "cas_journal.journal.listing",
         "cas_journal.journal.refnames",
     ]

@@ -180,6 +180,11 @@ class ThreadStates:
         self._states: BoundedCache[str, ThreadStateNode] = BoundedCache(4096)
         self._heads: BoundedCache[str, ThreadHead] = BoundedCache(4096)
 
+    @property
+    def cache(self) -> BoundedCache[str, ThreadStateNode]:
+        """The parsed states by oid (listing reads through it too)."""
+        return self._states
+
     def state(self, oid: str) -> ThreadStateNode:
         """A thread-state object, parsed and cached."""
         state = self._states.get(oid)

@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ..names import validate_id
 from ..objects import Kind, ThreadStateNode, ensure_utc, is_oid, utc_now
+from .cache import BoundedCache
 from .commit import Update, commit, commit_or_report
 from .graph import EntryGraph
 from .leases import LeaseTable
@@ -63,6 +64,9 @@ class ThreadBook:
         self.states = states
         self.graph = graph
         self.leases = leases
+        self._listed: BoundedCache[str, ThreadMeta] = BoundedCache(4096)
+        """Listed metadata by state oid (immutable objects: never stale); callers get
+        copies, so a caller changing one cannot change what the next listing returns."""
 
     # -- creating ------------------------------------------------------------------------
 
@@ -257,15 +261,19 @@ class ThreadBook:
         self, include_archived: bool, limit: int, start: str | None, on_damaged: DamagedThread
     ) -> Iterator[ThreadMeta]:
         found = 0
-        for listed in list_thread_states(self.store, include_archived, 0, start):
+        listing = list_thread_states(self.store, include_archived, 0, start, self.states.cache)
+        for listed in listing:
             try:
                 if listed.state is None:
                     raise CorruptObject(listed.problem, listed.state_oid or None)
-                meta = meta_from_state(listed.state_oid, listed.state)
+                meta = self._listed.get(listed.state_oid)
+                if meta is None:
+                    meta = meta_from_state(listed.state_oid, listed.state)
+                    self._listed.put(listed.state_oid, meta)
             except CorruptObject as exc:
                 on_damaged(listed.thread_id, exc)  # fsck names it; the intact ones are listed
                 continue
-            yield meta
+            yield meta.model_copy()
             found += 1
             if limit > 0 and found >= limit:
                 return
