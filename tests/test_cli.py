@@ -1100,6 +1100,41 @@ def test_threads_imports_only_what_listing_a_small_store_needs(run):
     ]
 
 
+_COLLECTOR_PROBE = (
+    "import gc, sys\n"
+    "import cas_journal.cli\n"
+    "print('after import', gc.isenabled())\n"
+    "from cas_journal.journal import listing\n"
+    "real = listing.list_thread_states\n"
+    "def spy(*args, **kwargs):\n"
+    "    print('listing', gc.isenabled())\n"
+    "    return real(*args, **kwargs)\n"
+    "listing.list_thread_states = spy\n"
+    "sys.argv = ['cas-journal', *sys.argv[1:]]\n"
+    "try:\n"
+    "    cas_journal.cli.main()\n"
+    "except SystemExit as exc:\n"
+    "    print('exit', exc.code, gc.isenabled(), gc.get_freeze_count() > 0)\n"
+)
+
+
+def test_start_up_pauses_the_collector_only_until_the_store_is_open(run):
+    """Importing the CLI leaves the collector as it was; ``main`` pauses it while the
+    command starts, resumes it once the store is open (so a long command collects as
+    usual) and freezes what exists when the command ends."""
+    run.ok("init")
+    run.ok("append", "t1", "hello")
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTOR_PROBE, "--store", str(run.store), "threads"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+    )
+    lines = [line for line in done.stdout.splitlines() if not line.startswith(("THREAD", "t1"))]
+    assert lines == ["after import True", "listing True", "exit 0 True True"]
+
+
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(loaded, monkeypatch):
     run, _ = loaded
     from cas_journal.journal import Journal

@@ -8,6 +8,16 @@ nothing heavy: each command's module is imported when that command runs.
 
 from __future__ import annotations
 
-from .app import cli, main
+import gc
+
+# Importing click and the command table allocates many objects and no garbage cycles:
+# the collector is paused meanwhile (as ``main`` pauses it while a command starts).
+_collecting = gc.isenabled()
+gc.disable()
+try:
+    from .app import cli, main
+finally:
+    if _collecting:
+        gc.enable()
 
 __all__ = ["cli", "main"]

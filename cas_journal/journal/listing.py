@@ -11,7 +11,7 @@ stays local, and fsck names it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..backends import Store
 from ..errors import JournalError
@@ -25,8 +25,7 @@ LARGEST_PAGE = 1000
 """... doubling up to this many while the caller keeps reading."""
 
 
-@dataclass(frozen=True)
-class ListedThread:
+class ListedThread(NamedTuple):
     """One thread as listed: its id, and its current state (None if it is damaged)."""
 
     thread_id: str
