@@ -1069,6 +1069,45 @@ def test_a_short_wal_never_makes_a_writer_checkpoint(tmp_path, monkeypatch):
     store.close()
 
 
+def test_freshen_is_not_synced_alone_on_a_durable_store(tmp_path):
+    """freshen's transaction skips the sync (the commit that links the objects syncs the
+    WAL, and with it everything written before); every other write stays synced, also
+    after a relaxed one failed."""
+    from cas_journal.backends import new_object
+
+    store = LocalStore(tmp_path / "s", durable=True)
+    blob = new_object(Kind.BLOB, b"linked later")
+    store.objects.store_new([blob])
+
+    def level(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    assert store.db.write(level, "probe") == 2  # FULL
+    assert store.db.write(level, "probe", sync=False) == 1  # NORMAL, for this one only
+    assert store.db.write(level, "probe") == 2
+
+    def fail(conn: sqlite3.Connection) -> None:
+        raise cj_errors.StorageError("boom")
+
+    with pytest.raises(cj_errors.StorageError):
+        store.db.write(fail, "probe", sync=False)
+    assert level(store.db.connection()) == 2
+    seen: list[int] = []
+    real_write = store.db.write
+
+    def recording(work, what, damaged=cj_errors.CorruptRef, sync=True):
+        return real_write(
+            lambda conn: (seen.append(level(conn)), work(conn))[1], what, damaged, sync
+        )
+
+    store.db.write = recording  # type: ignore[method-assign]
+    assert store.objects.freshen([blob.oid]) == set()
+    assert seen == [1]
+    store.close()
+    with LocalStore(tmp_path / "s", durable=False) as nd:  # nothing to relax
+        assert nd.db.write(level, "probe", sync=False) == 1
+
+
 def test_read_refs_reads_many_names_in_chunks(tmp_path, monkeypatch):
     from cas_journal.backends.local import refs as local_refs
 

@@ -461,12 +461,21 @@ class Database:
         work: Callable[[sqlite3.Connection], T],
         what: str,
         damaged: type[JournalError] = CorruptRef,
+        sync: bool = True,
     ) -> T:
-        """Run ``work`` in one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``)."""
+        """Run ``work`` in one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``).
+
+        ``sync=False`` skips the durable store's sync of this commit, for a write that
+        only matters together with a later synced commit of this process (``freshen``
+        before the commit that links the objects): the WAL is one file written in order,
+        so that sync makes this write durable too, and a crash before it loses both."""
         if self.read_only:
             raise StorageError(f"{what} failed: the store was opened read-only")
         conn = self.connection()
-        with database_errors(what, damaged):
+        relaxed = self.durable and not sync
+        try:
+            if relaxed:
+                conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_files(conn, what, after_commit=False)
@@ -477,6 +486,12 @@ class Database:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                 raise
+            finally:
+                if relaxed:
+                    with contextlib.suppress(sqlite3.Error):  # (closed by _check_files)
+                        conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as exc:
+            raise translate_error(exc, what, damaged) from exc
         self._check_files(conn, what, after_commit=True)
         self._writes += 1
         if self.checkpointer.finish_wanted:

@@ -639,7 +639,8 @@ class LocalObjectStore(ObjectStore):
                 == 0
             ]
 
-        for oid in self.db.write(raise_times, "freshening objects", CorruptObject):
+        # not synced: the commit that links these objects syncs it (the WAL is in order)
+        for oid in self.db.write(raise_times, "freshening objects", CorruptObject, sync=False):
             located = self._locate(oid)
             if located is None and self.refresh_packs():
                 located = self._locate(oid)
