@@ -372,6 +372,69 @@ def _queued_commits(store: LocalStore, changes: list, wait_for: int) -> list:
     return results
 
 
+def test_a_new_leader_gathers_the_callers_of_the_previous_transaction(tmp_path, monkeypatch):
+    """Threads committing in a loop share transactions: a leader waits (boundedly) for
+    the callers the previous transaction served before it starts its own, and a caller
+    that was alone never waits."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local import commits
+    from cas_journal.backends.local.commits import Change
+
+    monkeypatch.setattr(commits, "GATHER_LIMIT", 30.0)
+    store = LocalStore(tmp_path / "s", durable=False)
+    committer = store.committer
+    gathered: list[int] = []
+    real_gather = commits.Committer._gather
+
+    def counting(self):
+        gathered.append(threading.get_ident())
+        real_gather(self)
+
+    monkeypatch.setattr(commits.Committer, "_gather", counting)
+    old = None
+    for i in range(5):  # alone: never gathers
+        blob = new_object(Kind.BLOB, b"alone %d" % i)
+        assert store.commit([blob], RefUpdate("threads/a", old, blob.oid))
+        old = blob.oid
+    assert gathered == []
+
+    ready = threading.Barrier(3)
+    go = [threading.Event(), threading.Event()]
+    results: list[object] = [None, None]
+    idents: list[int] = [0, 0]
+
+    def writer(k: int) -> None:
+        idents[k] = threading.get_ident()
+        ready.wait()
+        go[k].wait()
+        blob = new_object(Kind.BLOB, b"writer %d" % k)
+        results[k] = committer.submit(
+            Change(store.objects.rows_of([blob]), RefUpdate(f"threads/w{k}", None, blob.oid))
+        )
+
+    workers = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
+    for worker in workers:
+        worker.start()
+    ready.wait()
+    committer._served = frozenset(idents)  # as if the previous transaction served both
+    committer._took = 30.0
+    before = committer.transactions
+    go[0].set()
+    deadline = time.monotonic() + 10
+    while not gathered:  # the first one leads, and waits for the other
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.05)
+    assert committer.transactions == before
+    go[1].set()
+    for worker in workers:
+        worker.join(10)
+    assert results == [True, True]
+    assert committer.transactions == before + 1  # both in one transaction
+    assert gathered == [idents[0]]
+    assert committer._served == frozenset(idents)
+
+
 def test_concurrent_durable_commits_share_one_transaction(tmp_path):
     from cas_journal.backends import RefUpdate, new_object
     from cas_journal.backends.local.commits import Change

@@ -16,7 +16,13 @@ its change; while another caller leads a transaction it waits, and is woken as s
 that transaction ends: if its change was applied, it returns that result at once;
 otherwise the first one awake becomes the leader, takes every change queued so far (its
 own included) and applies them in queue order in ONE transaction, so concurrent durable
-commits of one process share one fsync. Each change keeps its own
+commits of one process share one fsync. Threads that commit in a loop would otherwise
+split into two halves that alternate (one half's transaction runs while the other half
+prepares its next change), so a new leader first gathers: if callers the previous
+transaction served (other than those queued) are not back yet, it waits for them, at
+most as long as that transaction took and never more than ``GATHER_LIMIT``. A caller
+alone never waits (it is the only one the previous transaction served). Each change
+keeps its own
 result: a lost compare-and-swap fails only that change, and a later change in the same
 transaction sees the effects of the earlier ones. If the transaction fails, each change
 of the group is retried alone, so every caller gets its own error.
@@ -52,6 +58,10 @@ _REMOVE_INDEX = "DELETE FROM refs WHERE name = ?"
 _LOG = "INSERT INTO reflog (name, old, new, time, reason) VALUES (?, ?, ?, ?, ?)"
 
 
+GATHER_LIMIT = 0.002
+"""Seconds a new leader waits at most for the callers of the previous transaction."""
+
+
 def now_micros() -> int:
     """Wall-clock time in microseconds since the epoch."""
     return time.time_ns() // 1000
@@ -71,6 +81,8 @@ class Change:
     done: bool = False
     stamp: int = field(default=0)
     """The ``written`` time the transaction gave new rows (microseconds)."""
+    caller: int = 0
+    """The submitting thread (``threading.get_ident``)."""
 
 
 def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
@@ -131,25 +143,41 @@ class Committer:
         self._state = threading.Condition(threading.Lock())
         """Guards the queue and ``_leading``; notified when a leader finishes."""
         self._leading = False
+        self._gathering = False
+        self._served: frozenset[int] = frozenset()
+        """The callers of the previous transaction."""
+        self._took = 0.0
+        """How long the previous transaction took (seconds)."""
         self._leader = threading.Lock()
         """Held by the leader while it applies its group (tests hold it to queue changes)."""
 
     def submit(self, change: Change) -> bool:
         """Apply ``change`` (alone or with others queued meanwhile); return its result."""
         state = self._state
+        change.caller = threading.get_ident()
         with state:
             self._queue.append(change)
+            if self._gathering:
+                state.notify_all()
             while self._leading and not change.done:
                 state.wait()
             lead = not change.done
             if lead:
                 self._leading = True
+                served = self._served
+                if served and (len(served) > 1 or change.caller not in served):
+                    self._gather()
         if lead:
             try:
                 with self._leader:
                     with state:
                         group, self._queue = self._queue, []
-                    self._run(group)
+                    started = time.monotonic()
+                    try:
+                        self._run(group)
+                    finally:
+                        self._took = time.monotonic() - started
+                        self._served = frozenset(queued.caller for queued in group)
             finally:
                 with state:
                     self._leading = False
@@ -157,6 +185,20 @@ class Committer:
         if change.error is not None:
             raise change.error
         return change.result
+
+    def _gather(self) -> None:
+        """Wait (holding ``_state``) until every caller of the previous transaction has
+        queued again, or for as long as that transaction took (at most GATHER_LIMIT)."""
+        deadline = time.monotonic() + min(self._took, GATHER_LIMIT)
+        self._gathering = True
+        try:
+            while not self._served <= {queued.caller for queued in self._queue}:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._state.wait(left)
+        finally:
+            self._gathering = False
 
     def _run(self, group: list[Change]) -> None:
         try:
