@@ -1,6 +1,7 @@
 """Store benchmark (issue 12): the local store's hot paths beside same-run peers.
 
     python -m bench store --scale small|full [--format1 /path/to/a/checkout-of-c8186ee]
+    python -m bench store --scale full --only raw,single,threaded --systems cas,cas-nd,sqlite
 
 Everything runs in one process, one system after the other, on the repository's disk:
 
@@ -46,6 +47,8 @@ APPEND_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync"
 FORK_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync", "git")
 LIST_SYSTEMS = ("cas-nd", "sqlite-nd", "jsonl")
 THREADED_SYSTEMS = ("cas", "sqlite", "jsonl-fsync")
+SECTIONS = ("raw", "single", "threaded", "batched", "forks", "first_page", "compacted")
+"""What ``--only`` may select (default: all); ``--systems`` narrows the peers of each."""
 SIZES = {
     "small": {
         "appends": 400,
@@ -226,8 +229,11 @@ def forks_by_history(
         system.create_thread("deep", messages[0].created_at, "history")
         ids: list[str] = []
         batch = BATCH in system.features
-        for at in range(0, len(messages), 200):
-            chunk = messages[at : at + 200]
+        at = 0
+        while at < len(messages):  # chunks of 200 that end at every history measured
+            end = min([at + 200] + [h for h in histories if h > at])
+            chunk = messages[at:end]
+            at = end
             if batch:
                 ids += system.append_batch("deep", chunk)
             else:
@@ -334,9 +340,20 @@ def _section(label: str, fn: Callable[[], Any], errors: dict[str, str]) -> Any:
     return result
 
 
-def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any]:
-    """The whole store benchmark; returns the results document."""
+def run(
+    scale: str,
+    data_dir: Path,
+    format1: str | None = None,
+    sections: Sequence[str] = SECTIONS,
+    systems: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The store benchmark (the given sections, for the given systems or all); returns
+    the results document."""
     sizes = SIZES[scale]
+
+    def chosen(names: Sequence[str]) -> tuple[str, ...]:
+        return tuple(name for name in names if systems is None or name in systems)
+
     data_dir.mkdir(parents=True, exist_ok=True)
     errors: dict[str, str] = {}
     doc: dict[str, Any] = {
@@ -359,12 +376,13 @@ def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any
         shutil.rmtree(path, ignore_errors=True)
         return path
 
-    doc["raw"] = _section("raw write+fsync", lambda: raw_limits(data_dir), errors)
+    if "raw" in sections:
+        doc["raw"] = _section("raw write+fsync", lambda: raw_limits(data_dir), errors)
     small = small_messages(sizes["appends"])
     deep = list(
         wl.deep_entries(wl.Scale(**{**wl.SCALES["small"].__dict__, "deep_entries": sizes["deep"]}))
     )
-    for name in APPEND_SYSTEMS:
+    for name in chosen(APPEND_SYSTEMS) if "single" in sections else ():
         count = sizes["git"] if name == "git" else len(small)
         doc["single"][name] = _section(
             f"single appends {name}",
@@ -382,14 +400,15 @@ def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any
             errors,
         )
     # the raw limit again, right beside the durable runs it is compared with
-    doc["raw_after"] = _section("raw write+fsync again", lambda: raw_limits(data_dir), errors)
-    for name in THREADED_SYSTEMS:
+    if "raw" in sections:
+        doc["raw_after"] = _section("raw write+fsync again", lambda: raw_limits(data_dir), errors)
+    for name in chosen(THREADED_SYSTEMS) if "threaded" in sections else ():
         doc["threaded"][name] = _section(
             f"4 threads {name}",
             lambda name=name: threaded_appends(name, scratch(f"threads-{name}"), sizes["threaded"]),
             errors,
         )
-    for name in APPEND_SYSTEMS:
+    for name in chosen(APPEND_SYSTEMS) if "batched" in sections else ():
         if name == "git":
             continue
         doc["batched"][name] = _section(
@@ -399,7 +418,7 @@ def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any
             ),
             errors,
         )
-    for name in FORK_SYSTEMS:
+    for name in chosen(FORK_SYSTEMS) if "forks" in sections else ():
         histories = (
             sizes["history"] if name != "git" else tuple(h for h in sizes["history"] if h <= 1_000)
         )
@@ -410,7 +429,7 @@ def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any
             ),
             errors,
         )
-    for name in LIST_SYSTEMS:
+    for name in chosen(LIST_SYSTEMS) if "first_page" in sections else ():
         doc["first_page"][name] = _section(
             f"first page {name}",
             lambda name=name: first_page(
@@ -418,10 +437,11 @@ def run(scale: str, data_dir: Path, format1: str | None = None) -> dict[str, Any
             ),
             errors,
         )
-    doc["compacted"]["format 2"] = _section(
-        "bytes after pack+gc", lambda: compacted_bytes(scale, scratch("compacted")), errors
-    )
-    if format1:
+    if "compacted" in sections:
+        doc["compacted"]["format 2"] = _section(
+            "bytes after pack+gc", lambda: compacted_bytes(scale, scratch("compacted")), errors
+        )
+    if format1 and "compacted" in sections:
         doc["compacted"]["format 1"] = _section(
             "bytes after pack+gc (format 1)",
             lambda: compacted_bytes(scale, scratch("compacted-1"), format1),
