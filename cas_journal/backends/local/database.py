@@ -97,8 +97,10 @@ AUTOCHECKPOINT_PAGES = 16384
 RESTART_FRAMES = 4096
 """WAL frames (pages) after which a writer finishes a background checkpoint so the WAL
 starts over (16 MiB with 4 KiB pages)."""
-SETTLED_NS = 1_000_000_000
-"""How old the store directory's last change must be before a file check trusts it."""
+SETTLED_NS = 100_000_000
+"""How old the store directory's last change must be before a file check trusts it: more
+than a tick of the kernel's file time clock (a jiffy, at most 10 ms); file systems that
+keep whole seconds only are never trusted."""
 
 SCHEMA = (
     (
@@ -292,7 +294,7 @@ class Database:
         """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._guard = threading.Lock()
         self._writes = 0
-        self.directory = path.parent
+        self.directory = os.fspath(path.parent)
         self._settled: tuple[tuple[int, int, int, int], FileIds] | None = None
         """The directory's (device, inode, mtime, ctime) at a check and the files then."""
         self.checkpointer = Checkpointer(path, durable)
