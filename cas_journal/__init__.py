@@ -9,8 +9,7 @@ with cj.Journal.open("path/to/store") as j:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import (
     ActiveTurn,
@@ -32,6 +31,7 @@ from .errors import (
     ThreadNotFound,
 )
 from .journal import __all__ as _journal_names
+from .lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .backends.open import StoreOptions
@@ -74,22 +74,12 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = frozenset(_journal_names)
-"""Names imported from ``cas_journal.journal`` on first use (PEP 562): importing the
-package, the command line or the object layer does not build the pydantic models until
-something needs them."""
+# Names of ``cas_journal.journal`` are imported on first use (PEP 562): importing the
+# package, the command line or the object layer does not build the pydantic models until
+# something needs them.
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(".journal", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_journal_names, ".journal"))
 
 
 __all__ = [

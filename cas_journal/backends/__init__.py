@@ -7,9 +7,9 @@ so a caller that needs only the API, or one backend, does not pay for the others
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_exports
 from .base import (
     Capabilities,
     IndexUpdate,
@@ -31,17 +31,7 @@ _LAZY = {"LocalStore": ".local", "MemoryStore": ".memory", "open_store": ".open"
 """Names imported from their module on first use."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
