@@ -15,6 +15,16 @@ from cas_journal.backends import IndexUpdate, RefUpdate, Store, new_object
 from cas_journal.errors import CorruptObject, InvalidInputError, ObjectNotFound
 from cas_journal.objects import Kind, object_id
 
+GARBAGE_FORMAT_RECORDS = (
+    "something else",
+    "cas-journal 0\n",
+    "cas-journal \u00b2\n",
+    "cas-journal \u0661\n",
+    "cas-journal -1",
+    "cas-journal 02",
+)
+"""FORMAT records every store must refuse (each backend's tests add their own)."""
+
 HOSTILE_NAMES = [
     "../x",
     "../../etc/passwd",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,3 +30,14 @@ def s3_server() -> Iterator[S3Server]:
     """One moto S3 server for the whole session, started on first use."""
     with running_server() as server:
         yield server
+
+
+@pytest.fixture
+def hermetic_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No real AWS configuration leaks into a test (S3 test modules use it for every test)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from backend_contract import StoreContract
+from backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
 from hypothesis import given
 from hypothesis import strategies as st
 from store_helpers import corrupt_row, row_oids, set_frame
@@ -216,15 +216,7 @@ def test_garbage_format_and_foreign_directories_are_refused(tmp_path):
         LocalStore(tmp_path / "absent", create=False)
     assert not (tmp_path / "absent").exists()
     LocalStore(tmp_path / "s").close()
-    for garbage in [
-        "something else",
-        "cas-journal 0\n",
-        "cas-journal \u00b2\n",
-        "cas-journal \u0661\n",
-        "cas-journal -1",
-        "cas-journal 02",
-        "cas-journal 2\n\n",
-    ]:
+    for garbage in [*GARBAGE_FORMAT_RECORDS, "cas-journal 2\n\n"]:
         (tmp_path / "s" / "FORMAT").write_text(garbage)
         with pytest.raises(StoreFormatError):
             LocalStore(tmp_path / "s")

@@ -13,7 +13,6 @@ append was committed); sync copies that were acknowledged are complete.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,15 +33,7 @@ from cas_journal.objects import Kind, ObjectCodec
 WRITES = ("PUT", "POST", "DELETE")
 
 
-@pytest.fixture(autouse=True)
-def hermetic_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    """No real AWS configuration leaks in."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+pytestmark = pytest.mark.usefixtures("hermetic_aws")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ survives damage."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -26,14 +25,7 @@ from cas_journal.maintenance import fsck, gc, pack, sync
 from cas_journal.maintenance.copying import CopyLimits
 from cas_journal.objects import Kind
 
-
-@pytest.fixture(autouse=True)
-def hermetic_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+pytestmark = pytest.mark.usefixtures("hermetic_aws")
 
 
 @pytest.fixture
