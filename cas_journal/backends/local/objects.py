@@ -701,6 +701,14 @@ class LocalObjectStore(ObjectStore):
                 found = []
             if any(other == oid for other, _, _ in found):
                 return found
+        else:  # not packed: its row, without a second search of the packs
+            try:
+                frame = self._read_row(oid)
+                if frame is not None:
+                    kind, body = self.codec.decode(oid, frame)
+                    return [(oid, kind, body)]
+            except CorruptObject:
+                pass  # ``get`` looks for another copy, or says why there is none
         kind, body = self.get(oid)
         return [(oid, kind, body)]
 
