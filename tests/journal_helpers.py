@@ -46,7 +46,8 @@ def contents(entries: list[cj.Entry]) -> list[str]:
 
 
 class ReadCounter:
-    """Counts object reads by kind on a journal's store (by wrapping ``get``)."""
+    """Counts object reads by kind on a journal's store (by wrapping ``get`` and
+    ``get_with_neighbours``)."""
 
     def __init__(self, journal: cj.Journal) -> None:
         self.reads: Counter[Kind] = Counter()
@@ -59,6 +60,19 @@ class ReadCounter:
             return kind, body
 
         objects.get = get  # type: ignore[method-assign]
+        original_nearby = objects.get_with_neighbours
+
+        def get_with_neighbours(oid: str) -> list[tuple[str, Kind, bytes]]:
+            # one read of ``oid``, however it is served (its row, its block, or ``get``)
+            before = self.reads.copy()
+            found = original_nearby(oid)
+            self.reads = before
+            for other, kind, _ in found:
+                if other == oid:
+                    self.reads[kind] += 1
+            return found
+
+        objects.get_with_neighbours = get_with_neighbours  # type: ignore[method-assign]
 
 
 def stored(j: cj.Journal) -> set[str]:
