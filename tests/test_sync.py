@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -278,7 +277,7 @@ def _renamed_state(store):
         _put(
             store,
             Kind.THREAD,
-            replace(state, meta=meta, parents=(store.refs.read_ref("threads/victim"),)).body(),
+            state._replace(meta=meta, parents=(store.refs.read_ref("threads/victim"),)).body(),
         ),
     )
 
@@ -291,7 +290,7 @@ def _other_threads_state(store):
 def _unparsable_metadata(store):
     state = _state(store, "victim")
     meta = dict(state.meta, created_at="yesterday")
-    _point(store, "threads/victim", _put(store, Kind.THREAD, replace(state, meta=meta).body()))
+    _point(store, "threads/victim", _put(store, Kind.THREAD, state._replace(meta=meta).body()))
 
 
 def _entry_as_payload(store):
@@ -300,12 +299,12 @@ def _entry_as_payload(store):
     bad = _put(
         store,
         Kind.ENTRY,
-        replace(leaf, payload=state.leaf, created_at="2030-01-01T00:00:00.000000Z").body(),
+        leaf._replace(payload=state.leaf, created_at="2030-01-01T00:00:00.000000Z").body(),
     )
     _point(
         store,
         "threads/victim",
-        _put(store, Kind.THREAD, replace(state, leaf=bad, heads=(bad,)).body()),
+        _put(store, Kind.THREAD, state._replace(leaf=bad, heads=(bad,)).body()),
     )
 
 
@@ -313,11 +312,11 @@ def _payload_not_json(store):
     state = _state(store, "victim")
     leaf = EntryNode.parse(store.objects.get(state.leaf)[1], state.leaf)
     blob = _put(store, Kind.BLOB, b"not a payload")
-    bad = _put(store, Kind.ENTRY, replace(leaf, payload=blob).body())
+    bad = _put(store, Kind.ENTRY, leaf._replace(payload=blob).body())
     _point(
         store,
         "threads/victim",
-        _put(store, Kind.THREAD, replace(state, leaf=bad, heads=(bad,)).body()),
+        _put(store, Kind.THREAD, state._replace(leaf=bad, heads=(bad,)).body()),
     )
 
 
@@ -327,12 +326,12 @@ def _wrong_depth(store):
     bad = _put(
         store,
         Kind.ENTRY,
-        replace(leaf, depth=leaf.depth + 2, parent=state.leaf, skip=state.leaf).body(),
+        leaf._replace(depth=leaf.depth + 2, parent=state.leaf, skip=state.leaf).body(),
     )
     _point(
         store,
         "threads/victim",
-        _put(store, Kind.THREAD, replace(state, leaf=bad, heads=(bad,)).body()),
+        _put(store, Kind.THREAD, state._replace(leaf=bad, heads=(bad,)).body()),
     )
 
 
@@ -353,14 +352,14 @@ def _skip_to_another_branch(store):
     _point(
         store,
         "threads/victim",
-        _put(store, Kind.THREAD, replace(state, leaf=bad, heads=(bad,)).body()),
+        _put(store, Kind.THREAD, state._replace(leaf=bad, heads=(bad,)).body()),
     )
 
 
 def _checkpoint_count_lies(store):
     value = store.refs.read_ref("checkpoints/r")
     node = CheckpointNode.parse(store.objects.get(value)[1], value)
-    bad = replace(node, message_count=node.message_count + 3, previous=(value,), iteration=9)
+    bad = node._replace(message_count=node.message_count + 3, previous=(value,), iteration=9)
     _point(store, "checkpoints/r", _put(store, Kind.CHECKPOINT, bad.body()))
 
 
@@ -370,7 +369,7 @@ def _checkpoint_of_another_run(store):
     _point(
         store,
         "checkpoints/r",
-        _put(store, Kind.CHECKPOINT, replace(node, run_id="elsewhere").body()),
+        _put(store, Kind.CHECKPOINT, node._replace(run_id="elsewhere").body()),
     )
 
 

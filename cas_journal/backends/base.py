@@ -24,10 +24,9 @@ import abc
 import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
 from ..objects import Kind, ObjectCodec, is_oid, object_id
@@ -38,8 +37,7 @@ if TYPE_CHECKING:
 MAX_REF_VALUE_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class NewObject:
+class NewObject(NamedTuple):
     """An object on its way into a store, its oid already computed by the caller.
 
     Backends trust ``oid`` (the journal hashed the body once when it built the object;
@@ -57,8 +55,7 @@ def new_object(kind: Kind, body: bytes) -> NewObject:
     return NewObject(object_id(kind, body), kind, body)
 
 
-@dataclass(frozen=True, slots=True)
-class RefUpdate:
+class RefUpdate(NamedTuple):
     """A compare-and-swap of one ref: ``old`` -> ``new`` (None: absent), logged unless
     ``log`` is False (leases and index refs keep no reflog)."""
 
@@ -69,8 +66,7 @@ class RefUpdate:
     log: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class IndexUpdate:
+class IndexUpdate(NamedTuple):
     """An unconditional set (``value``) or removal (None) of a derived ref, such as a
     thread's listing-index ref. Never logged. Readers check an index ref against the
     ref it was derived from, so a stale one is skipped, never believed."""
@@ -79,8 +75,7 @@ class IndexUpdate:
     value: str | None
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """What a backend can do; callers test these flags, never the backend's class."""
 
     atomic_commit: bool = False
@@ -98,8 +93,7 @@ class Capabilities:
     also a ``CondemnedPacks``. For stores shared by processes gc cannot pause (S3)."""
 
 
-@dataclass(frozen=True)
-class ReflogEntry:
+class ReflogEntry(NamedTuple):
     """One update of a ref: the value before and after (None = absent), when and why."""
 
     old: str | None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import heapq
 from collections.abc import Iterator
-from dataclasses import replace
 
 from ..backends import NewObject, RefUpdate, Store
 from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef
@@ -59,7 +58,7 @@ def merge_checkpoints(
         else (theirs, ours)
     )
     content = our_node if newer == ours else their_node
-    return replace(content, previous=(newer, older))
+    return content._replace(previous=(newer, older))
 
 
 def checkpoint_ref(run_id: str) -> str:

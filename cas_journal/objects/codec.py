@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import blake3
 import zstandard
@@ -179,8 +179,7 @@ FRAME_SLACK = 64 * 1024
 """Bytes a zstd frame may add to its content (headers, incompressible blocks)."""
 
 
-@dataclass(frozen=True)
-class ObjectCodec:
+class ObjectCodec(NamedTuple):
     """Encodes objects into stored frames and decodes them back, within a size limit."""
 
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE

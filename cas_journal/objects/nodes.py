@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from ..errors import CorruptObject, InvalidInputError
 from .canonical import canonical_json, is_canonical_time, parse_json
@@ -224,8 +223,11 @@ def _json_entry_fields(body: bytes, oid: str | None, allowed: frozenset[str]) ->
     return created_at, depth, parent, cast(str, payload), skip, turn_id
 
 
-@dataclass(frozen=True, slots=True)
-class EntryNode:
+# the members an EntryNode body may hold
+_ENTRY_FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
+
+
+class EntryNode(NamedTuple):
     """A journal tree node. Its oid is the entry id; the thread id is deliberately absent."""
 
     payload: str
@@ -234,8 +236,6 @@ class EntryNode:
     parent: str | None = None
     skip: str | None = None
     turn_id: str = ""
-
-    FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
 
     def body(self) -> bytes:
         """Canonical JSON body of this node (built directly: it is on the append hot path;
@@ -278,7 +278,7 @@ class EntryNode:
         path read from the store)."""
         fields = _canonical_entry_fields(body)  # the form the journal writes: no JSON
         if fields is None:
-            fields = _json_entry_fields(body, oid, cls.FIELDS)
+            fields = _json_entry_fields(body, oid, _ENTRY_FIELDS)
         created_at, depth, parent, payload, skip, turn_id = fields
         if not is_canonical_time(created_at):
             raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
@@ -289,8 +289,11 @@ class EntryNode:
         return cls(payload, created_at, depth, parent, skip, turn_id)
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadStateNode:
+# the members a ThreadStateNode body may hold
+_THREAD_STATE_FIELDS = frozenset({"meta", "leaf", "heads", "parents", "depth", "skip"})
+
+
+class ThreadStateNode(NamedTuple):
     """A thread's state: metadata, leaf, every branch head, and the state(s) it follows.
 
     ``depth`` counts first-parent steps back to the nearest state of depth 0 (a thread's
@@ -306,8 +309,6 @@ class ThreadStateNode:
     parents: tuple[str, ...] = ()
     depth: int = 0
     skip: str | None = None
-
-    FIELDS = frozenset({"meta", "leaf", "heads", "parents", "depth", "skip"})
 
     @property
     def parent(self) -> str | None:
@@ -347,7 +348,7 @@ class ThreadStateNode:
     def parse(cls, body: bytes, oid: str | None = None) -> ThreadStateNode:
         """Parse and validate a thread-state body."""
         r = _Reader(oid, body, "thread state")
-        r.only(cls.FIELDS)
+        r.only(_THREAD_STATE_FIELDS)
         meta = r.dict_field("meta")
         if not isinstance(meta.get("id"), str) or not meta["id"]:
             raise r.fail("metadata has no thread id")
@@ -366,8 +367,24 @@ class ThreadStateNode:
         return node
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointNode:
+# the members a CheckpointNode body may hold
+_CHECKPOINT_FIELDS = frozenset(
+    {
+        "run_id",
+        "created_at",
+        "iteration",
+        "task_name",
+        "input_tokens",
+        "output_tokens",
+        "message_count",
+        "messages",
+        "system_prompt",
+        "previous",
+    }
+)
+
+
+class CheckpointNode(NamedTuple):
     """One saved iteration of a run; ``previous`` links the run's history.
 
     ``previous`` holds one checkpoint normally, two for a merge (two stores saved the run
@@ -384,21 +401,6 @@ class CheckpointNode:
     messages: str | None = None
     system_prompt: str | None = None
     previous: tuple[str, ...] = ()
-
-    FIELDS = frozenset(
-        {
-            "run_id",
-            "created_at",
-            "iteration",
-            "task_name",
-            "input_tokens",
-            "output_tokens",
-            "message_count",
-            "messages",
-            "system_prompt",
-            "previous",
-        }
-    )
 
     def body(self) -> bytes:
         """Canonical JSON body of this checkpoint."""
@@ -438,7 +440,7 @@ class CheckpointNode:
     def parse(cls, body: bytes, oid: str | None = None) -> CheckpointNode:
         """Parse and validate a checkpoint body."""
         r = _Reader(oid, body, "checkpoint")
-        r.only(cls.FIELDS)
+        r.only(_CHECKPOINT_FIELDS)
         node = cls(
             run_id=r.str_field("run_id"),
             created_at=r.time_field("created_at"),
@@ -458,14 +460,15 @@ class CheckpointNode:
         return node
 
 
-@dataclass(frozen=True, slots=True)
-class MessageNode:
+# the members a MessageNode body may hold
+_MESSAGE_FIELDS = frozenset({"message", "parent"})
+
+
+class MessageNode(NamedTuple):
     """One link of a checkpoint message chain: the message blob and the previous link."""
 
     message: str
     parent: str | None = None
-
-    FIELDS = frozenset({"message", "parent"})
 
     def body(self) -> bytes:
         """Canonical JSON body of this link."""
@@ -488,9 +491,9 @@ class MessageNode:
     def parse(cls, body: bytes, oid: str | None = None) -> MessageNode:
         """Parse and validate a message-node body."""
         value = _Reader(oid, body, "message node", long_ints=False).value
-        if not cls.FIELDS.issuperset(value):
+        if not _MESSAGE_FIELDS.issuperset(value):
             raise CorruptObject(
-                f"message node: unknown fields {sorted(set(value) - cls.FIELDS)}", oid
+                f"message node: unknown fields {sorted(set(value) - _MESSAGE_FIELDS)}", oid
             )
         message, parent = value.get("message"), value.get("parent")
         if not is_oid(message) or (parent is not None and not is_oid(parent)):
@@ -504,7 +507,6 @@ MAX_TREE_NAME_BYTES = 4096
 _KINDS_BY_NAME = {kind.value: kind for kind in Kind}
 
 
-@dataclass(frozen=True, slots=True)
 class TreeNode:
     """A generic structure: named, typed references plus small inline data.
 
@@ -517,19 +519,39 @@ class TreeNode:
     (whitespace, key order, duplicate keys, escapes), so one tree has one oid.
     """
 
-    refs: Mapping[str, tuple[Kind, str]] = field(default_factory=dict)
-    data: Any = None
+    __slots__ = ("_data", "_refs")
 
     FIELDS = frozenset({"data", "refs"})
 
-    def __post_init__(self) -> None:
-        refs: dict[str, tuple[Kind, str]] = {}
-        for name, ref in self.refs.items():
+    def __init__(
+        self, refs: Mapping[str, tuple[Kind | str, str]] | None = None, data: Any = None
+    ) -> None:
+        checked: dict[str, tuple[Kind, str]] = {}
+        for name, ref in (refs or {}).items():
             kind, oid = ref
             if not isinstance(name, str) or not name or not is_oid(oid):
                 raise InvalidInputError(f"tree reference {name!r} is not a name and an oid")
-            refs[name] = (Kind(kind), oid)
-        object.__setattr__(self, "refs", refs)
+            checked[name] = (Kind(kind), oid)
+        self._refs = checked
+        self._data = data
+
+    @property
+    def refs(self) -> Mapping[str, tuple[Kind, str]]:
+        """Name -> (kind, oid) of every reference."""
+        return self._refs
+
+    @property
+    def data(self) -> Any:
+        """The inline JSON value (None: no data)."""
+        return self._data
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TreeNode):
+            return NotImplemented
+        return (self._refs, self._data) == (other._refs, other._data)
+
+    def __repr__(self) -> str:
+        return f"TreeNode(refs={self._refs!r}, data={self._data!r})"
 
     def body(self) -> bytes:
         """Canonical JSON body of this tree."""

@@ -36,7 +36,6 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from ...errors import JournalError, StorageError
 from ..base import IndexUpdate, RefUpdate
@@ -67,22 +66,35 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-@dataclass(slots=True)
 class Change:
-    """One caller's writes, applied together (see the module docstring)."""
+    """One caller's writes, applied together (see the module docstring).
 
-    rows: Sequence[tuple[bytes, bytes]] = ()
-    """``(raw 32-byte oid, zstd frame)`` of every object to store or freshen."""
-    swap: RefUpdate | None = None
-    index: Sequence[IndexUpdate] = ()
-    what: str = "committing"
-    result: bool = False
-    error: BaseException | None = None
-    done: bool = False
-    stamp: int = field(default=0)
-    """The ``written`` time the transaction gave new rows (microseconds)."""
-    caller: int = 0
-    """The submitting thread (``threading.get_ident``)."""
+    ``rows`` are ``(raw 32-byte oid, zstd frame)`` of every object to store or freshen,
+    ``swap`` the compare-and-swap (if any), ``index`` the derived refs to set, ``what``
+    the words for an error. The committer fills in ``result``, ``error``, ``stamp`` (the
+    ``written`` time the transaction gave new rows, in microseconds) and ``done``;
+    ``caller`` is the submitting thread (``threading.get_ident``). A plain class, not a
+    dataclass: one is built per commit, and the CLI pays for a dataclass at import.
+    """
+
+    __slots__ = ("caller", "done", "error", "index", "result", "rows", "stamp", "swap", "what")
+
+    def __init__(
+        self,
+        rows: Sequence[tuple[bytes, bytes]] = (),
+        swap: RefUpdate | None = None,
+        index: Sequence[IndexUpdate] = (),
+        what: str = "committing",
+    ) -> None:
+        self.rows = rows
+        self.swap = swap
+        self.index = index
+        self.what = what
+        self.result = False
+        self.error: BaseException | None = None
+        self.done = False
+        self.stamp = 0
+        self.caller = 0
 
 
 def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
