@@ -342,6 +342,28 @@ def test_load_of_any_iteration_reads_the_chain_from_the_memo(j):
     assert counter.reads[Kind.MESSAGE] == 0 and counter.reads[Kind.BLOB] == 0
 
 
+def test_a_second_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatch):
+    from cas_journal.journal import chains
+
+    tricky = {"i": 1, "f": 1.0, "b": True, "z": -0.0, "big": 2**70, "n": None, "s": "é\u2028"}
+    messages = [{"role": "user", "content": "q", "v": tricky}, {"deep": [[{"x": [1, 2.5]}]]}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages))
+    first = j.checkpoints.load("r").messages
+    parses: list[int] = []
+    real = chains.parse_json
+    monkeypatch.setattr(chains, "parse_json", lambda *a, **k: parses.append(1) or real(*a, **k))
+    counter = ReadCounter(j)
+    second = j.checkpoints.load("r").messages
+    assert typed(second) == typed(first) == typed(messages)
+    assert list(second[0]["v"]) == list(first[0]["v"])  # key order kept
+    assert parses == [] and sum(counter.reads.values()) == 0
+    first[0]["v"]["i"] = 99  # every load is the caller's own copy
+    second[1]["deep"][0][0]["x"].append(3)
+    third = j.checkpoints.load("r").messages
+    assert typed(third) == typed(messages)
+    assert third[0] is not second[0] and third[1]["deep"] is not second[1]["deep"]
+
+
 def test_a_deleted_run_is_listed_and_restored(j):
     j.checkpoints.save(cj.Checkpoint(run_id="keep", messages=[{"a": 1}], created_at=at(1)))
     for i in (1, 2):

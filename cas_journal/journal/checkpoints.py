@@ -9,15 +9,22 @@ messages that are new or changed since iteration k, and no iteration is overwrit
 Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows which
 stored node holds each message of the run's newest chain, so an unchanged prefix is
 compared, not re-encoded and re-hashed. Loads answer from the memo when it holds the
-chain asked for, else read the chain once (and remember it). Every change is one
+chain asked for, else read the chain once (and remember it). A chain loaded before in
+this process is not parsed again: the first load's messages are kept as one ``marshal``
+image (exact: every str, int, float, bool and None comes back as it was, in order),
+keyed by the chain's last node and length (a chain never changes), in bounded memory;
+each load unmarshals a fresh copy the caller may change. Every change is one
 ``Store.commit``; a deleted run stays restorable from its reflog until gc expires it.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import heapq
+import marshal
 from collections.abc import Iterator
+from typing import Any
 
 from ..backends import NewObject, RefUpdate, Store
 from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef
@@ -41,6 +48,10 @@ from .state import CHECKPOINT_PREFIX
 
 MEMO_BYTES = 64 * 1024 * 1024
 """Memory the per-run chain memos may hold, at most (least recently saved runs go first)."""
+LOADED_BYTES = 64 * 1024 * 1024
+"""Memory the images of loaded message lists may hold, at most (oldest go first)."""
+LOADED_CHAINS = 256
+"""Loaded message lists kept, at most."""
 
 
 def _newest_first(node: CheckpointNode) -> float:
@@ -78,6 +89,9 @@ class CheckpointStore:
         )
         self._memos: BoundedCache[str, ChainMemo] = BoundedCache(
             1024, weigh=lambda memo: memo.weight, max_weight=MEMO_BYTES
+        )
+        self._loaded: BoundedCache[tuple[str, int], bytes] = BoundedCache(
+            LOADED_CHAINS, weigh=len, max_weight=LOADED_BYTES
         )
 
     # -- reading objects -----------------------------------------------------------------
@@ -139,6 +153,23 @@ class CheckpointStore:
         if memo is None or memo.checkpoint != self._head(run_id):
             self._memos.put(run_id, ChainMemo(oid, links, node.system_prompt))
         return links
+
+    def _messages(
+        self, run_id: str, oid: str, node: CheckpointNode
+    ) -> builtins.list[dict[str, Any]]:
+        """The messages of checkpoint ``oid``, a fresh copy: unmarshalled from the image
+        of an earlier load of the same chain, else parsed from its links (and imaged)."""
+        if node.messages is None:
+            return []
+        key = (node.messages, node.message_count)
+        image = self._loaded.get(key)
+        if image is not None:
+            copy: builtins.list[dict[str, Any]] = marshal.loads(image)
+            return copy
+        messages = parse_messages(self._links(run_id, oid, node))
+        with contextlib.suppress(ValueError):  # too deeply nested: parsed again next time
+            self._loaded.put(key, marshal.dumps(messages))
+        return messages
 
     def _memo(self, run_id: str, head: str | None) -> ChainMemo:
         """The run's memo; built from the newest checkpoint's stored chain if this process
@@ -212,7 +243,7 @@ class CheckpointStore:
         for oid, node in self._walk(run_id):
             if iteration is None or node.iteration == iteration:
                 checkpoint = self._metadata(oid, node)
-                checkpoint.messages = parse_messages(self._links(run_id, oid, node))
+                checkpoint.messages = self._messages(run_id, oid, node)
                 return checkpoint
         raise CheckpointNotFound(f"no checkpoint for run {run_id!r} at iteration {iteration}")
 
