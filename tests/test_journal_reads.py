@@ -262,6 +262,27 @@ def test_forks_see_shared_entries_under_their_own_thread_id():
     assert [e.thread_id for e in fresh.iter_path("b")] == ["b", "b"]
 
 
+def test_cached_paths_stay_under_their_byte_bound_and_read_back_the_same(monkeypatch):
+    from cas_journal.journal import entries
+
+    monkeypatch.setattr(entries, "PATH_CACHE_BYTES", 40_000)
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="a"))
+    leaves = [user(j, "a", "x" * 2_000 + str(i), now=at(i)).id for i in range(12)]
+    reader = j._reader
+    reader._paths.max_weight = entries.PATH_CACHE_BYTES
+    expected = {leaf: j.path("a", leaf) for leaf in leaves}
+    for _ in range(2):
+        for leaf in leaves:
+            assert j.path("a", leaf) == expected[leaf]
+            cached = [path.entries for path in reader._paths._data.values()]
+            weights = [sum(map(entries.entry_weight, path)) for path in cached]
+            assert sum(weights) <= entries.PATH_CACHE_BYTES
+            assert all(weight > 0 for weight in weights)
+    # the longest path weighs more than the bound: read every time, never cached
+    assert ("a", leaves[-1]) not in reader._paths._data
+
+
 def test_constructor_copies_share_nothing_mutable_with_the_original():
     build = Constructor(cj.Entry)
     original = build({"type": "custom", "metadata": {"k": "v"}})

@@ -5,7 +5,11 @@ is built once per stored node and copied with another thread id for each thread 
 shares it (forks share their history). Paths are
 cached per (thread, leaf); reading the path of a leaf whose ancestor's path is cached
 only loads the entries below that ancestor, so a thread that is appended to and read
-back does not walk its whole history each time. Entries are built from the stored,
+back does not walk its whole history each time. A cached path holds the very Entry
+objects the entry cache holds (no copies); it is weighed by the estimated bytes of all
+its entries, so the entries kept alive by both caches together stay under
+``ENTRY_CACHE_BYTES + PATH_CACHE_BYTES`` (an entry shared by several paths is counted
+in each: the bound is conservative). Entries are built from the stored,
 hash-verified payload without a second pydantic validation (see ``trusted``); a payload
 that does not fit the Entry model is a CorruptObject naming it.
 """
@@ -13,6 +17,7 @@ that does not fit the Entry model is a CorruptObject naming it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ..errors import CorruptObject
 from ..objects import EntryNode, Kind, parse_time
@@ -24,8 +29,9 @@ from .trusted import Constructor
 
 PATH_CACHE_SIZE = 256
 """Paths kept, at most (a listing that shows every conversation reads each in turn)."""
-PATH_CACHE_ENTRIES = 50_000
-"""Entries held by cached paths, at most (a 10,000-entry path is one fifth of it)."""
+PATH_CACHE_BYTES = 128 * 1024 * 1024
+"""Estimated bytes of the entries cached paths hold, at most (``entry_weight``; a
+10,000-entry path of 3.5 KB payloads weighs about 85 MB)."""
 ENTRY_CACHE_SIZE = 1 << 14
 ENTRY_CACHE_BYTES = 64 * 1024 * 1024
 """Built entries kept for reuse (by every thread that shares them), at most."""
@@ -33,6 +39,18 @@ PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 """Payload text (tool outputs can be large) kept for reuse, at most."""
 
 _ENTRY = Constructor(Entry)
+
+
+def entry_weight(entry: Entry) -> int:
+    """Roughly the bytes an Entry holds: its payload text, the parsed copy of it in its
+    fields, and the objects around them."""
+    return 2 * len(entry.raw) + 1500
+
+
+@dataclass(slots=True)
+class _CachedPath:
+    entries: tuple[Entry, ...]
+    weight: int
 
 
 def _payload_text(oid: str, kind: Kind, body: bytes) -> str:
@@ -59,11 +77,11 @@ class EntryReader:
         )
         self._entries: BoundedCache[str, Entry] = BoundedCache(
             ENTRY_CACHE_SIZE,
-            weigh=lambda entry: 2 * len(entry.raw) + 1500,
+            weigh=entry_weight,
             max_weight=ENTRY_CACHE_BYTES,
         )
-        self._paths: BoundedCache[tuple[str, str], tuple[Entry, ...]] = BoundedCache(
-            PATH_CACHE_SIZE, weigh=len, max_weight=PATH_CACHE_ENTRIES
+        self._paths: BoundedCache[tuple[str, str], _CachedPath] = BoundedCache(
+            PATH_CACHE_SIZE, weigh=lambda path: path.weight, max_weight=PATH_CACHE_BYTES
         )
 
     def raw_payload(self, oid: str) -> str:
@@ -119,10 +137,10 @@ class EntryReader:
         paths_get, entries_get, node = self._paths.get, self._entries.get, self.graph.node
         cached = paths_get((thread_id, leaf))
         if cached is not None:
-            return list(cached)
+            return list(cached.entries)
         oids: list[str] = []
         found: list[Entry | None] = []
-        prefix: tuple[Entry, ...] = ()
+        prefix = _CachedPath((), 0)
         current = leaf
         while current:
             known = paths_get((thread_id, current))
@@ -135,8 +153,11 @@ class EntryReader:
             current = entry.parent_id if entry is not None else (node(current).parent or "")
         oids.reverse()
         found.reverse()
-        full = prefix + tuple(self._entries_of(thread_id, oids, found))
-        self._paths.put((thread_id, leaf), full)
+        below = self._entries_of(thread_id, oids, found)
+        weight = prefix.weight + sum(map(entry_weight, below))
+        full = prefix.entries + tuple(below)
+        if weight <= PATH_CACHE_BYTES:
+            self._paths.put((thread_id, leaf), _CachedPath(full, weight))
         return list(full)
 
     def _entries_of(
