@@ -3,10 +3,11 @@
     python -m bench.journal_cpu                 # the table
     python -m bench.journal_cpu --profile save  # plus cProfile's top functions for one op
 
-What the issue goals for appends and checkpoints leave to the journal: whatever a store
-costs comes on top of these figures. CPU time (``time.process_time``) is reported beside
-wall time, so a busy machine shows in the gap. Operations use the benchmark workloads
-(bench/workloads.py): deep-thread entries, 100-entry batches, the checkpoint run.
+What the issue goals for appends and checkpoint saves and loads leave to the journal:
+whatever a store costs comes on top of these figures. CPU time (``time.process_time``)
+is reported beside wall time, so a busy machine shows in the gap. Operations use the
+benchmark workloads (bench/workloads.py): deep-thread entries, 100-entry batches, the
+checkpoint run (saved every iteration; its newest checkpoint loaded again and again).
 """
 
 from __future__ import annotations
@@ -86,6 +87,24 @@ def checkpoint_saves(iterations: int = 200) -> Callable[[], int]:
     return run
 
 
+def checkpoint_loads(iterations: int = 200, loads: int = 50) -> Callable[[], int]:
+    """``loads`` loads of the newest checkpoint of the run (the first one parses it)."""
+    journal = cj.Journal.memory()
+    steps = list(wl.checkpoint_steps(wl.SCALES["full"]))[:iterations]
+    messages: list[dict[str, Any]] = []
+    for step in steps:
+        messages.extend(step.new_messages)
+    journal.checkpoints.save(cj.Checkpoint(run_id="run-1", messages=messages))
+    journal.checkpoints.load("run-1")
+
+    def run() -> int:
+        for _ in range(loads):
+            journal.checkpoints.load("run-1")
+        return loads
+
+    return run
+
+
 def _measure(run: Callable[[], int], repeats: int) -> tuple[float, float, int]:
     """Best (least disturbed) wall and CPU seconds per operation over ``repeats`` runs."""
     walls, cpus = [], []
@@ -103,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.journal_cpu", description=__doc__)
     parser.add_argument("--count", type=int, default=2000, help="entries appended")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--profile", choices=("single", "batch", "save"), default=None)
+    parser.add_argument("--profile", choices=("single", "batch", "save", "load"), default=None)
     args = parser.parse_args(argv)
     ops = {
         "single": ("single append", single_appends(args.count)),
         "batch": ("batched append (100 per batch)", batched_appends(args.count)),
         "save": ("checkpoint save (200 iterations, 600 messages)", checkpoint_saves()),
+        "load": ("checkpoint load, warm (600 messages)", checkpoint_loads()),
     }
     print(f"load average {tuple(round(x, 1) for x in os.getloadavg())} (best of {args.repeats})")
     print("| operation | wall per op | CPU per op | ops/s (CPU) |")

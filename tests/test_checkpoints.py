@@ -228,13 +228,14 @@ def encodes(monkeypatch):
     from cas_journal.journal import chains
 
     calls: list[int] = []
-    real = chains.canonical_json
+    for name in ("canonical_json", "canonical_json_of_plain"):
+        real = getattr(chains, name)
 
-    def counting(value):
-        calls.append(1)
-        return real(value)
+        def counting(value, real=real):
+            calls.append(1)
+            return real(value)
 
-    monkeypatch.setattr(chains, "canonical_json", counting)
+        monkeypatch.setattr(chains, name, counting)
     return calls
 
 
@@ -362,6 +363,35 @@ def test_a_second_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatc
     third = j.checkpoints.load("r").messages
     assert typed(third) == typed(messages)
     assert third[0] is not second[0] and third[1]["deep"] is not second[1]["deep"]
+
+
+def test_loads_of_deeply_nested_and_long_messages_stay_exact():
+    j = cj.Journal.memory()
+    deep: dict = {"leaf": "x" * 100}
+    for _ in range(200):  # deeper than orjson reads
+        deep = {"d": [deep]}
+    messages = [{"role": "user", "content": "y" * 5000}, {"deep": deep, "s": "z" * 64}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
+    loads = [j.checkpoints.load("r").messages for _ in range(3)]
+    assert all(loaded == messages for loaded in loads)
+    loads[1][1]["deep"]["d"][0] = None  # copies share no container
+    assert j.checkpoints.load("r").messages == messages
+
+
+def test_a_save_on_a_stale_remembered_head_rebuilds_on_the_ref(j):
+    other = cj.Journal(j.store)  # a second writer on the same store, its own memo
+    messages = [{"role": "user", "content": "q"}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages))
+    theirs = [*messages, {"role": "assistant", "content": "theirs"}]
+    other.checkpoints.save(cj.Checkpoint(run_id="r", iteration=2, messages=theirs))
+    ours = [*messages, {"role": "assistant", "content": "ours"}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=3, messages=ours))
+    assert [c.iteration for c in j.checkpoints.history("r")] == [3, 2, 1]
+    assert other.checkpoints.load("r").messages == ours
+    other.checkpoints.delete("r")  # gone under j's memo: a new history starts
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=4, messages=ours))
+    assert [c.iteration for c in other.checkpoints.history("r")] == [4]
+    assert cj.Journal(j.store).checkpoints.load("r").messages == ours
 
 
 def test_a_deleted_run_is_listed_and_restored(j):

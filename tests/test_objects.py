@@ -385,6 +385,32 @@ def test_fast_encoder_writes_exactly_the_reference_bytes(value):
     assert _outcome(canonical_json, value) == _outcome(reference_json, value)
 
 
+plain_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63) + 1, 2**63 - 1)
+    | text_with_edges
+    | st.sampled_from(["\ud800", "a\udfff"]),  # lone surrogates: refused by both
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(text_with_edges, inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(plain_json)
+def test_encoding_a_value_known_plain_writes_exactly_the_reference_bytes(value):
+    from cas_journal.objects.canonical import canonical_json_of_plain, reference_json
+
+    assert _outcome(canonical_json_of_plain, value) == _outcome(reference_json, value)
+    deep: list = [value]
+    for _ in range(300):  # deeper than orjson allows: the reference decides
+        deep = [deep]
+    assert _outcome(canonical_json_of_plain, deep) == _outcome(reference_json, deep)
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -13,13 +13,18 @@ from typing import Any
 
 import cas_journal as cj
 
-# ``import cas_journal`` defers the journal and its pydantic models to first use (the
-# command line starts faster); import them here, so that a "cold" measurement, which
-# starts its clock after the imports, does not time them.
+# ``import cas_journal`` defers the journal and its pydantic models, the local backend
+# (with sqlite3) and orjson to first use (the command line starts faster); import them
+# here, so that a "cold" measurement, which starts its clock after the imports (as the
+# peers' own imports of sqlite3 or json are), does not time them.
+from cas_journal.backends import local as _local_backend  # noqa: F401
 from cas_journal.journal import journal as _journal_models  # noqa: F401
+from cas_journal.objects.canonical import parse_json as _parse_json
 
 from ..workloads import CheckpointStep, Msg
 from .base import BATCH, CHECKPOINTS, JOURNAL, System, entry_type, utc
+
+_parse_json(b"{}")  # imports orjson when it is installed
 
 
 class CasSystem(System):
@@ -40,18 +45,25 @@ class CasSystem(System):
     @staticmethod
     def _entry(thread_id: str, msg: Msg) -> cj.Entry:
         message = cj.Message(
-            role=msg.role, content=msg.content, tool_name=msg.tool_name,
-            tool_call_id=msg.tool_call_id, tool_args=msg.tool_args,
+            role=msg.role,
+            content=msg.content,
+            tool_name=msg.tool_name,
+            tool_call_id=msg.tool_call_id,
+            tool_args=msg.tool_args,
         )
         return cj.Entry(
-            thread_id=thread_id, type=cj.EntryType(entry_type(msg)), turn_id=msg.turn_id,
-            message=message, created_at=utc(msg.created_at),
+            thread_id=thread_id,
+            type=cj.EntryType(entry_type(msg)),
+            turn_id=msg.turn_id,
+            message=message,
+            created_at=utc(msg.created_at),
         )
 
     def create_thread(self, thread_id: str, created_at: float, title: str = "") -> None:
         stamp = utc(created_at)
-        self.j.create_thread(cj.ThreadMeta(id=thread_id, title=title, created_at=stamp,
-                                           updated_at=stamp))
+        self.j.create_thread(
+            cj.ThreadMeta(id=thread_id, title=title, created_at=stamp, updated_at=stamp)
+        )
 
     def append(self, thread_id: str, msg: Msg) -> str:
         return self.j.append(self._entry(thread_id, msg), now=utc(msg.created_at)).id
@@ -79,11 +91,18 @@ class CasSystem(System):
     def save_checkpoint(
         self, run_id: str, step: CheckpointStep, messages: list[dict[str, Any]], system_prompt: str
     ) -> None:
-        self.j.checkpoints.save(cj.Checkpoint(
-            run_id=run_id, task_name="bench", iteration=step.iteration, messages=messages,
-            system_prompt=system_prompt, input_tokens=step.input_tokens,
-            output_tokens=step.output_tokens, created_at=utc(step.created_at),
-        ))
+        self.j.checkpoints.save(
+            cj.Checkpoint(
+                run_id=run_id,
+                task_name="bench",
+                iteration=step.iteration,
+                messages=messages,
+                system_prompt=system_prompt,
+                input_tokens=step.input_tokens,
+                output_tokens=step.output_tokens,
+                created_at=utc(step.created_at),
+            )
+        )
 
     def load_checkpoint(self, run_id: str) -> int:
         return len(self.j.checkpoints.load(run_id).messages)

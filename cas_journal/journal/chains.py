@@ -32,7 +32,11 @@ from typing import Any, cast
 from ..backends import NewObject
 from ..errors import CorruptObject, InvalidInputError, ObjectNotFound
 from ..objects import Kind, MessageNode, canonical_json, object_id
-from ..objects.canonical import parse_json, parse_json_noting_long_ints
+from ..objects.canonical import (
+    canonical_json_of_plain,
+    parse_json,
+    parse_json_noting_long_ints,
+)
 from .nearby import NearbyObjects
 
 Path = tuple[str | int, ...]
@@ -213,7 +217,10 @@ def encode_chain(messages: Sequence[Any], memo: ChainMemo) -> EncodedChain:
     objects: list[NewObject] = []
     for message in messages[shared:]:
         copy, numbers, long_ints = snapshot(message)  # refuses keys that are not strings
-        body = canonical_json(message)
+        if copy is UNMATCHABLE or long_ints or any(kind is float for _, kind, _ in numbers):
+            body = canonical_json(message)
+        else:  # the snapshot walked it: plain JSON, encoded without a second walk
+            body = canonical_json_of_plain(message)
         blob = object_id(Kind.BLOB, body)
         node_body = MessageNode(blob, parent).body()
         parent = object_id(Kind.MESSAGE, node_body)

@@ -8,8 +8,11 @@ messages that are new or changed since iteration k, and no iteration is overwrit
 
 Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows which
 stored node holds each message of the run's newest chain, so an unchanged prefix is
-compared, not re-encoded and re-hashed. Loads answer from the memo when it holds the
-chain asked for, else read the chain once (and remember it). A chain loaded before in
+compared, not re-encoded and re-hashed, and the run's ref is not read: the checkpoint
+the memo was made for (the last this journal saved or read of the run) is the expected
+old value of the compare-and-swap; if another writer moved the run since, the swap loses
+and the save is rebuilt on the ref as read then. Loads answer from the memo when it holds
+the chain asked for, else read the chain once (and remember it). A chain loaded before in
 this process is not parsed again: the first load's messages are kept as one ``marshal``
 image (exact: every str, int, float, bool and None comes back as it was, in order),
 keyed by the chain's last node and length (a chain never changes), in bounded memory;
@@ -189,8 +192,12 @@ class CheckpointStore:
         """Save one iteration; returns it with created_at and message_count filled in."""
         name = checkpoint_ref(checkpoint.run_id)
         created = format_time(ensure_utc(checkpoint.created_at or utc_now()))
-        head = self._head(checkpoint.run_id)
-        memo = self._memo(checkpoint.run_id, head)
+        memo = self._memos.get(checkpoint.run_id)
+        if memo is not None and memo.checkpoint is not None:
+            head: str | None = memo.checkpoint  # remembered: a stale one loses the swap
+        else:
+            head = self._head(checkpoint.run_id)
+            memo = self._memo(checkpoint.run_id, head)
         chain = encode_chain(checkpoint.messages, memo)
         prompt_oid = None
         prompt_object: list[NewObject] = []

@@ -99,6 +99,20 @@ def canonical_json(value: Any) -> bytes:
     return reference_json(value)
 
 
+def canonical_json_of_plain(value: Any) -> bytes:
+    """``canonical_json`` of a value the caller has already walked and found plain: only
+    str, int within 64 bits, bool, None, lists, tuples and str-keyed dicts, no float (the
+    walk ``canonical_json`` makes to check that is skipped)."""
+    fast = _fast_json()
+    if fast is not None:
+        try:
+            encoded: bytes = fast.dumps(value, option=fast.OPT_SORT_KEYS)
+            return encoded
+        except TypeError:  # a lone surrogate, deep nesting: the reference decides
+            pass
+    return reference_json(value)
+
+
 def _has_float(value: Any) -> bool:
     pending = [value]
     while pending:
