@@ -35,6 +35,15 @@ class ObjectNotFound(NotFoundError):
     """The store holds no object with this id."""
 
 
+class LinkedObjectsMissing(ObjectNotFound):
+    """A commit was to link stored objects that are stored nowhere (``oids``, sorted);
+    nothing of the commit was applied."""
+
+    def __init__(self, oids: list[str]) -> None:
+        self.oids = sorted(oids)
+        super().__init__(f"object {self.oids[0]} is no longer stored")
+
+
 class InvalidInputError(JournalError, ValueError):
     """The caller passed something malformed (also a ``ValueError``)."""
 

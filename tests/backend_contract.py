@@ -12,7 +12,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cas_journal.backends import IndexUpdate, RefUpdate, Store, new_object
-from cas_journal.errors import CorruptObject, InvalidInputError, ObjectNotFound
+from cas_journal.errors import (
+    CorruptObject,
+    InvalidInputError,
+    LinkedObjectsMissing,
+    ObjectNotFound,
+)
 from cas_journal.objects import Kind, object_id
 
 GARBAGE_FORMAT_RECORDS = (
@@ -317,6 +322,32 @@ class StoreContract:
         finally:
             if again is not store:
                 again.close()
+
+    def test_commit_links_stored_objects_it_did_not_write(self, store):
+        kept = store.objects.put(Kind.BLOB, b"linked, not written")
+        head = new_object(Kind.BLOB, b"head")
+        assert store.commit([head], RefUpdate("threads/t", None, head.oid), linked=[kept, kept])
+        assert store.refs.read_ref("threads/t") == head.oid
+        assert store.objects.get(kept) == (Kind.BLOB, b"linked, not written")
+
+    def test_commit_linking_a_missing_object_changes_nothing(self, store):
+        kept = store.objects.put(Kind.BLOB, b"here")
+        head = new_object(Kind.BLOB, b"head")
+        absent = "e" * 64
+        with pytest.raises(LinkedObjectsMissing) as raised:
+            store.commit(
+                [head],
+                RefUpdate("threads/t", None, head.oid),
+                [IndexUpdate("threadindex/0001/t", "1")],
+                linked=[kept, absent],
+            )
+        assert raised.value.oids == [absent]
+        assert store.refs.read_ref("threads/t") is None
+        assert store.refs.read_ref("threadindex/0001/t") is None
+        assert store.refs.reflog("threads/t") == []
+        with pytest.raises(LinkedObjectsMissing):
+            store.commit([], RefUpdate("threads/t", None, kept), linked=["not an oid"])
+        assert store.refs.read_ref("threads/t") is None
 
     def test_freshen_reports_what_is_missing(self, store):
         kept = store.objects.put(Kind.BLOB, b"here")

@@ -1175,3 +1175,62 @@ def test_read_refs_reads_many_names_in_chunks(tmp_path, monkeypatch):
     assert found == {name: (f"v{i}" if i < 7 else None) for i, name in enumerate(names)}
     with pytest.raises(ValueError):
         store.refs.read_refs(["threads/ok", "Bad/x"])
+
+
+def test_commit_freshens_linked_rows_in_its_own_transaction(tmp_path):
+    """A fork's commit raises its entry's row time in the transaction of the swap: one
+    write transaction in all, so one sync on a durable store."""
+    from cas_journal.backends import RefUpdate, new_object
+
+    store = LocalStore(tmp_path / "s", durable=True)
+    kept = store.objects.put(Kind.BLOB, b"an entry")
+    before = store.objects.row_time(kept)
+    head = new_object(Kind.BLOB, b"a state linking it")
+    statements: list[str] = []
+    store.db.connection().set_trace_callback(statements.append)
+    assert store.commit([head], RefUpdate("threads/f", None, head.oid), linked=[kept])
+    store.db.connection().set_trace_callback(None)
+    assert sum(s.startswith("BEGIN") for s in statements) == 1
+    assert sum(s == "COMMIT" for s in statements) == 1
+    after = store.objects.row_time(kept)
+    assert before is not None and after is not None and after > before
+    store.close()
+
+
+def test_commit_links_a_packed_object_through_a_row_copy(tmp_path):
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.maintenance import pack
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    kept = store.objects.put(Kind.BLOB, b"packed before the fork")
+    pack(store)
+    assert row_oids(store) == []
+    head = new_object(Kind.BLOB, b"head")
+    assert store.commit([head], RefUpdate("threads/f", None, head.oid), linked=[kept])
+    assert sorted(row_oids(store)) == sorted([kept, head.oid])
+    assert store.objects.verify_row(kept) is Kind.BLOB
+
+
+def test_commit_links_an_object_another_process_packed_meanwhile(tmp_path):
+    """The row went into a pack this store has not seen yet: the commit writes nothing,
+    finds the pack, writes a row copy and commits again; an object stored nowhere is
+    LinkedObjectsMissing with nothing written."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.maintenance import pack
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    kept = store.objects.put(Kind.BLOB, b"packed by another process")
+    with LocalStore(tmp_path / "s", durable=False) as other:
+        pack(other)
+    assert row_oids(store) == []
+    head = new_object(Kind.BLOB, b"head")
+    before = store.committer.transactions
+    assert store.commit([head], RefUpdate("threads/f", None, head.oid), linked=[kept])
+    assert store.committer.transactions - before == 3  # missing, row copy, commit
+    assert store.refs.read_ref("threads/f") == head.oid
+    assert sorted(row_oids(store)) == sorted([kept, head.oid])
+    with pytest.raises(cj_errors.LinkedObjectsMissing) as raised:
+        store.commit([], RefUpdate("threads/g", None, head.oid), linked=[kept, "d" * 64])
+    assert raised.value.oids == ["d" * 64]
+    assert store.refs.read_ref("threads/g") is None
+    store.close()

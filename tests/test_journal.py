@@ -274,6 +274,17 @@ def test_fork_to_an_existing_id_changes_nothing(j):
     assert sorted(t.id for t in j.list_threads()) == ["src", "taken"]
 
 
+def test_fork_of_an_entry_no_longer_stored_creates_nothing(j):
+    j.create_thread(cj.ThreadMeta(id="src"))
+    leaf = user(j, "src", "a")
+    j.store.objects.delete(leaf.id)  # as a gc that found it unreachable would have
+    with pytest.raises(cj.EntryNotFound, match="no longer stored"):
+        j.fork("src", new_thread_id="f")
+    with pytest.raises(cj.ThreadNotFound):
+        j.thread("f")
+    assert [t.id for t in j.list_threads()] == ["src"]
+
+
 def remote(j: cj.Journal) -> bool:
     """True on the S3 store, where tests scale their sizes down (each request is a round trip)."""
     return j.store.url.startswith("s3://")

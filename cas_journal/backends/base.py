@@ -28,7 +28,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import AmbiguousPrefix, InvalidInputError, ObjectNotFound
+from ..errors import AmbiguousPrefix, InvalidInputError, LinkedObjectsMissing, ObjectNotFound
 from ..objects import Kind, ObjectCodec, is_oid, object_id
 
 if TYPE_CHECKING:
@@ -294,16 +294,26 @@ class Store(abc.ABC):
         objects: Sequence[NewObject],
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
+        linked: Sequence[str] = (),
     ) -> bool:
         """Store ``objects`` and apply ``swap`` if its ref holds ``swap.old``; then apply
         the ``index`` updates. Returns False, with no ref changed, if the swap lost.
 
         ``objects`` are everything the new ref value links that the caller wrote (or
         reuses and must protect from a concurrent gc), referenced before referencing.
-        This default writes them, sets the index refs that get a value, swaps, and
-        after a won swap removes the index refs that get None; a backend with
-        ``capabilities.atomic_commit`` does all of it in one transaction.
+        ``linked`` are stored objects the new value links that the caller did not write
+        (a fork's entry): they are protected from a concurrent gc as ``freshen``
+        protects them; if one is stored nowhere, LinkedObjectsMissing is raised and no
+        ref changes. This default freshens them first, writes the objects, sets the
+        index refs that get a value, swaps, and after a won swap removes the index refs
+        that get None; a backend with ``capabilities.atomic_commit`` does all of it in
+        one transaction (the local store marks the linked objects in the transaction
+        of the swap, which both protects them and proves they are there).
         """
+        if linked:
+            missing = self.objects.freshen(linked)
+            if missing:
+                raise LinkedObjectsMissing(list(missing))
         with self.objects.write_guard():
             self.objects.store_new(objects)
             for update in index:

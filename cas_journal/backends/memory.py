@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from ..errors import ObjectNotFound
+from ..errors import LinkedObjectsMissing, ObjectNotFound
 from ..names import split_ref_name
 from ..objects import Kind, ObjectCodec, require_oid, utc_now
 from .base import (
@@ -170,9 +170,14 @@ class MemoryStore(Store):
         objects: Sequence[NewObject],
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
+        linked: Sequence[str] = (),
     ) -> bool:
         """Objects first (harmless if the swap then loses), then the swap and the index
-        updates under one lock: no reader sees one without the other."""
+        updates under one lock: no reader sees one without the other. ``linked`` are
+        freshened first (LinkedObjectsMissing if one is not stored)."""
+        missing = self.objects.freshen(linked) if linked else None
+        if missing:
+            raise LinkedObjectsMissing(list(missing))
         self.objects.store_new(objects)
         return self.refs.commit_refs(swap, index)
 

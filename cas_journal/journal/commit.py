@@ -53,11 +53,12 @@ def commit_or_report(
     swap: RefUpdate,
     index: Sequence[IndexUpdate] = (),
     result: object = None,
+    linked: Sequence[str] = (),
 ) -> bool:
     """``Store.commit``, turning a storage failure after a won swap into
     AppendCommittedError (carrying ``result``): the change happened, do not retry it."""
     try:
-        return store.commit(objects, swap, index)
+        return store.commit(objects, swap, index, linked)
     except StorageError as exc:
         # the swap may have happened before the failure (e.g. syncing the directory)
         if _reads_back(store, swap):

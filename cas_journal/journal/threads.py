@@ -1,12 +1,14 @@
 """Thread lifecycle and listing: create, fork, import, update, delete, restore, list.
 
-Every change is one ``Store.commit``: the thread ref's compare-and-swap together with its
-listing ref (``threadindex/<inverted created_at>/<id>``, an IndexUpdate). Objects a new
-thread links but did not write (a fork's entry, an import's heads, a restored state) are
-freshened first, so a concurrent gc keeps them. Listing walks the index refs in order and
-checks each against the thread it names (``listing``): a stale index ref (an interrupted
-create or delete) is skipped, and so is a thread whose state is damaged, which is
-reported through a callback (or a logged warning) instead of failing the whole listing.
+Every change is one ``Store.commit``: the thread ref's compare-and-swap together with
+its listing ref (``threadindex/<inverted created_at>/<id>``, an IndexUpdate). Objects a
+new thread links but did not write (a fork's entry, an import's heads) go into the
+commit as ``linked``, so a concurrent gc keeps them (a store that commits atomically
+freshens them in the commit's own transaction); a restored state is freshened first.
+Listing walks the index refs in order and checks each against the thread it names
+(``listing``): a stale index ref (an interrupted create or delete) is skipped, and so is
+a thread whose state is damaged, which is reported through a callback (or a logged
+warning) instead of failing the whole listing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..errors import (
     CorruptRef,
     EntryNotFound,
     JournalError,
+    LinkedObjectsMissing,
     ThreadExists,
     ThreadNotFound,
 )
@@ -141,24 +144,28 @@ class ThreadBook:
     ) -> ThreadMeta:
         """Create the ref of a new thread at ``state``, with its listing ref, in one commit.
 
-        ``linked`` are stored objects the state links that this call did not write: they
-        are freshened first, so a concurrent gc keeps them; a missing one is EntryNotFound.
+        ``linked`` are stored objects the state links that this call did not write: the
+        commit protects them from a concurrent gc (``Store.commit``); a missing one is
+        EntryNotFound.
         """
         name = thread_ref(thread_id)
         atomic = self.store.capabilities.atomic_commit
         if not atomic and self.store.refs.read_ref(name) is not None:
             # (a store that commits atomically refuses the swap instead: no probe needed)
             raise ThreadExists(f"thread {thread_id!r} already exists")
-        missing = self.store.objects.freshen(list(linked))
-        if missing:
-            raise EntryNotFound(f"entry {sorted(missing)[0]!r} is no longer stored")
         state_oid, body = self.states.write(state)
         meta = meta_from_state(state_oid, state)
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
         swap = RefUpdate(name, None, state_oid, reason)
         objects = [NewObject(state_oid, Kind.THREAD, body)]
-        if not commit_or_report(self.store, objects, swap, [IndexUpdate(index, "1")], meta):
+        try:
+            created = commit_or_report(
+                self.store, objects, swap, [IndexUpdate(index, "1")], meta, tuple(linked)
+            )
+        except LinkedObjectsMissing as exc:
+            raise EntryNotFound(f"entry {exc.oids[0]!r} is no longer stored") from exc
+        if not created:
             if not atomic:
                 self._drop_stale_index(thread_id, index)
             raise ThreadExists(f"thread {thread_id!r} already exists")

@@ -1,12 +1,16 @@
 """Changes to the local store's database, and the group committer that applies them.
 
 A Change is what one call wants written at once: object rows (raw oid and zstd frame),
-at most one compare-and-swap of a ref (with its reflog row) and index-ref updates. It
-is applied inside a write transaction in this order: the compare-and-swap first (one
+the raw oids of linked rows (stored objects the new ref value links that the caller did
+not write), at most one compare-and-swap of a ref (with its reflog row) and index-ref
+updates. It is applied inside a write transaction in this order: the linked rows have
+their ``written`` time raised as an upsert raises it (one statement; if its row count
+says a row is missing, the change is ``missing``: nothing else is written and its result
+is False; raising the times of the others is harmless), then the compare-and-swap (one
 statement whose row count says whether the ref held the expected value; if not, the
-change writes nothing and its result is False), then the object rows, the reflog row
-and the index updates. An object row is an upsert: a new oid is inserted, an existing
-one only has its ``written`` time raised (to now, and always by at least one
+change writes nothing more and its result is False), then the object rows, the reflog
+row and the index updates. An object row is an upsert: a new oid is inserted, an
+existing one only has its ``written`` time raised (to now, and always by at least one
 microsecond, so that gc can tell that a row was touched after it looked; see
 ``objects.py``). Nothing probes for existence first and nothing looks at the packs: an
 object that is also packed simply has two copies until the next ``pack``.
@@ -45,6 +49,7 @@ INSERT_OBJECT = (
     "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
     "ON CONFLICT (oid) DO UPDATE SET written = max(excluded.written, objects.written + 1)"
 )
+FRESHEN_OBJECT = "UPDATE objects SET written = max(?, written + 1) WHERE oid = ?"
 _INSERT_REF = "INSERT INTO refs (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"
 _UPDATE_REF = "UPDATE refs SET value = ? WHERE name = ? AND value = ?"
 _DELETE_REF = "DELETE FROM refs WHERE name = ? AND value = ?"
@@ -71,13 +76,28 @@ class Change:
 
     ``rows`` are ``(raw 32-byte oid, zstd frame)`` of every object to store or freshen,
     ``swap`` the compare-and-swap (if any), ``index`` the derived refs to set, ``what``
-    the words for an error. The committer fills in ``result``, ``error``, ``stamp`` (the
-    ``written`` time the transaction gave new rows, in microseconds) and ``done``;
-    ``caller`` is the submitting thread (``threading.get_ident``). A plain class, not a
-    dataclass: one is built per commit, and the CLI pays for a dataclass at import.
+    the words for an error, ``linked`` the raw oids (each once) of rows the swap links
+    without writing them (freshened). The committer fills in ``result``, ``missing``
+    (a linked row was not there: nothing was written, the result is False), ``error``,
+    ``stamp`` (the ``written`` time the transaction gave new rows, in microseconds) and
+    ``done``; ``caller`` is the submitting thread (``threading.get_ident``). A plain
+    class, not a dataclass: one is built per commit, and the CLI pays for a dataclass at
+    import.
     """
 
-    __slots__ = ("caller", "done", "error", "index", "result", "rows", "stamp", "swap", "what")
+    __slots__ = (
+        "caller",
+        "done",
+        "error",
+        "index",
+        "linked",
+        "missing",
+        "result",
+        "rows",
+        "stamp",
+        "swap",
+        "what",
+    )
 
     def __init__(
         self,
@@ -85,12 +105,15 @@ class Change:
         swap: RefUpdate | None = None,
         index: Sequence[IndexUpdate] = (),
         what: str = "committing",
+        linked: Sequence[bytes] = (),
     ) -> None:
         self.rows = rows
         self.swap = swap
         self.index = index
         self.what = what
+        self.linked = linked
         self.result = False
+        self.missing = False
         self.error: BaseException | None = None
         self.done = False
         self.stamp = 0
@@ -112,7 +135,15 @@ def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
 
 
 def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
-    """Apply one change inside the caller's write transaction; False if its swap lost."""
+    """Apply one change inside the caller's write transaction; False if its swap lost
+    or a linked row is missing (then ``change.missing``)."""
+    linked = change.linked
+    change.missing = False
+    if linked:
+        found = conn.executemany(FRESHEN_OBJECT, [(now, oid) for oid in linked]).rowcount
+        if found != len(linked):
+            change.missing = True
+            return False
     swap = change.swap
     if swap is not None and not _compare_and_swap(conn, swap):
         return False

@@ -11,12 +11,14 @@ meanwhile and deleted the rows).
 
 gc and rows, the rule: every commit writes, in its own transaction, every object its new
 ref value links directly (new objects, and reused ones, which it re-inserts: that only
-raises their ``written`` time), and ``freshen`` turns an object a writer is about to link
-into a young row too. ``written`` never goes down. So once gc has read the moment it
-starts (``gc_start``, taken under the database's write lock, so every commit stamped
-earlier is visible to it), anything a commit links later is a row written at or after
-that moment, or is reachable from one. gc therefore deletes a row only if it was
-unreachable from the refs and reflogs it read after starting, its ``written`` time is
+raises their ``written`` time; a stored object it links without writing it, its
+``linked``, has its row's ``written`` time raised, or a row copy written if it is packed,
+and the commit writes nothing if that row is gone), and ``freshen`` turns an object a
+writer is about to link into a young row too. ``written`` never goes down. So once gc has
+read the moment it starts (``gc_start``, taken under the database's write lock, so every
+commit stamped earlier is visible to it), anything a commit links later is a row written
+at or after that moment, or is reachable from one. gc therefore deletes a row only if it
+was unreachable from the refs and reflogs it read after starting, its ``written`` time is
 older than its start (and its grace period), and no row written since then references it,
 directly or through other garbage: ``sweep_rows`` checks the last two inside the one
 transaction that deletes, so no commit can slip between the check and the deletion.
@@ -56,7 +58,7 @@ from ...objects import (
     typed_references,
 )
 from ..base import NewObject, ObjectStore
-from .commits import Change, Committer, now_micros
+from .commits import FRESHEN_OBJECT, Change, Committer, now_micros
 from .database import Database
 from .fsutil import storage_errors
 from .locks import WritersLock, maintenance_lock
@@ -616,6 +618,24 @@ class LocalObjectStore(ObjectStore):
         compress = self.codec.compress
         return [(bytes.fromhex(obj.oid), compress(obj.kind, obj.body)) for obj in objects]
 
+    def linked_rows(self, oids: Sequence[str]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+        """What a commit that links stored objects it did not write does with them: for
+        each one found in a pack, a row copy the commit writes (as ``freshen`` would);
+        the others by raw oid, whose rows the commit freshens (and finds missing if they
+        are not there). ``oids`` are valid and each listed once."""
+        copies: list[tuple[bytes, bytes]] = []
+        rows: list[bytes] = []
+        for oid in oids:
+            located = self._locate(oid) if self._packs else None
+            if located is None:
+                rows.append(bytes.fromhex(oid))
+                continue
+            pack, position = located
+            with storage_errors("reading an object"):
+                kind, body = parse_canonical(oid, pack.canonical_at(position))
+            copies.append((bytes.fromhex(oid), self.codec.compress(kind, body)))
+        return copies, rows
+
     def freshen(self, oids: Iterable[str]) -> set[str]:
         """Make every object a young row: an existing row has its ``written`` time raised,
         a packed object gets a row copy written now (so gc's rule protects it, and what it
@@ -632,11 +652,7 @@ class LocalObjectStore(ObjectStore):
             return [
                 oid
                 for oid in wanted
-                if conn.execute(
-                    "UPDATE objects SET written = max(?, written + 1) WHERE oid = ?",
-                    (now, bytes.fromhex(oid)),
-                ).rowcount
-                == 0
+                if conn.execute(FRESHEN_OBJECT, (now, bytes.fromhex(oid))).rowcount == 0
             ]
 
         # not synced: the commit that links these objects syncs it (the WAL is in order)

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import StorageError, StoreFormatError
+from ...errors import LinkedObjectsMissing, StorageError, StoreFormatError
 from ...names import split_ref_name
-from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec
+from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec, is_oid
 from ..base import (
     Capabilities,
     IndexUpdate,
@@ -62,6 +62,8 @@ FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
 FORMAT_VERSION = 2
 PACKS_DIR = "packs"
+LINKED_ATTEMPTS = 3
+"""Commits tried before a linked object whose row keeps vanishing counts as missing."""
 _INIT_LEFTOVERS = (
     PACKS_DIR,
     DATABASE_FILE,
@@ -293,16 +295,42 @@ class LocalStore(Store):
         objects: Sequence[NewObject],
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
+        linked: Sequence[str] = (),
     ) -> bool:
-        """Objects, the compare-and-swap, its reflog row and the index updates in one
-        transaction (shared with other threads' commits); False if the swap lost."""
+        """Objects, the freshening of ``linked``, the compare-and-swap, its reflog row
+        and the index updates in one transaction (shared with other threads' commits);
+        False if the swap lost.
+
+        A linked object found in a pack gets a row copy in the transaction; the others
+        must have a row, whose ``written`` time the transaction raises (see
+        ``objects``). If a row is missing (another process packed it meanwhile, or it
+        was collected), nothing is written: ``freshen`` then copies what is in a pack
+        into rows and the commit is tried again; LinkedObjectsMissing if an object is
+        stored nowhere."""
         split_ref_name(swap.name)
         check_ref_value(swap.new)
         for update in index:
             split_ref_name(update.name)
             check_ref_value(update.value)
-        change = Change(self.objects.rows_of(objects), swap, index, f"updating {swap.name!r}")
-        return self.committer.submit(change)
+        rows = self.objects.rows_of(objects)
+        what = f"updating {swap.name!r}"
+        if not linked:
+            return self.committer.submit(Change(rows, swap, index, what))
+        wanted = list(dict.fromkeys(linked))
+        invalid = [oid for oid in wanted if not is_oid(oid)]
+        if invalid:
+            raise LinkedObjectsMissing(invalid)
+        copies, expected = self.objects.linked_rows(wanted)
+        for _ in range(LINKED_ATTEMPTS):
+            change = Change([*rows, *copies], swap, index, what, linked=expected)
+            result = self.committer.submit(change)
+            if not change.missing:
+                return result
+            missing = self.objects.freshen(wanted)  # rows for what another process packed
+            if missing:
+                raise LinkedObjectsMissing(list(missing))
+            copies, expected = [], [bytes.fromhex(oid) for oid in wanted]
+        raise LinkedObjectsMissing(wanted)  # collected again at every attempt
 
     def close(self) -> None:
         """Close the database connections and unmap packs."""
