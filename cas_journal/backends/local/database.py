@@ -34,8 +34,10 @@ write transactions, beside the commits (a passive checkpoint never blocks a writ
 Once the WAL holds ``RESTART_FRAMES`` frames, the next write of the process copies the
 few frames committed meanwhile (a small checkpoint, but with the syncs of any checkpoint;
 SQLite starts the WAL over only when a write finds every frame copied); below that the
-WAL simply grows, so that those syncs are paid once per thousands of commits, not once
-per ``CHECKPOINT_EVERY``. SQLite's automatic checkpoint stays as a backstop at
+WAL simply grows, so that those syncs are paid at most once per ``RESTART_FRAMES``
+frames written, not after every background checkpoint of a process that writes little.
+A WAL that started over is overwritten in place, which a durable commit syncs faster
+than a growing file. SQLite's automatic checkpoint stays as a backstop at
 ``AUTOCHECKPOINT_PAGES``.
 
 Errors: SQLite's busy handler waits up to ``BUSY_TIMEOUT`` seconds for another process's
@@ -94,9 +96,13 @@ CHECKPOINT_EVERY = 128
 """Write transactions of one process between two background checkpoints."""
 AUTOCHECKPOINT_PAGES = 16384
 """SQLite's own checkpoint inside a COMMIT, only if the background ones fall behind."""
-RESTART_FRAMES = 4096
+RESTART_FRAMES = 1024
 """WAL frames (pages) after which a writer finishes a background checkpoint so the WAL
-starts over (16 MiB with 4 KiB pages)."""
+starts over (4 MiB with 4 KiB pages). A WAL that grows makes every durable commit's sync
+also record the file's new size; once it has started over, commits overwrite the file in
+place. Measured (same run, alternating, 2-core VM): 250 durable checkpoint saves in a new
+process and 3,000 durable appends were about 10% faster with 1,024 or 512 than with
+4,096; 512 made non-durable appends pay the finish's syncs more often."""
 SETTLED_NS = 100_000_000
 """How old the store directory's last change must be before a file check trusts it: more
 than a tick of the kernel's file time clock (a jiffy, at most 10 ms); file systems that
