@@ -7,14 +7,18 @@ objects go before referenced ones. ``delete_referencing_first`` does that for ba
 that store each object once; ``sweep`` does it over stored copies (``backends.copies``),
 where an object may have a loose copy and packed copies, and a packed copy goes only
 with its whole pack (all of a pack's objects vanish at the same instant, so a pack may
-take an object together with its referencers).
+take an object together with its referencers). Packs retired in one call go one after
+another, in an order the backend chooses, so an object whose copies are all in those
+packs goes with them only if every copy of each of its referencers is in its own packs
+too: whichever of them goes last, its referencers are gone by then.
 
 ``sweep`` frees space before it writes anything, because a full disk is when gc is
 needed most:
 
 1. Delete loose copies whose turn has come, level by level (each level durable before
-   the next), and retire every pack whose objects are all garbage whose turn has come
-   or objects stored elsewhere too. Repeat while anything moves. Nothing is written.
+   the next), and retire the packs whose objects are all garbage whose turn has come
+   (as above) or objects that keep a copy outside the packs retired with them. Repeat
+   while anything moves. Nothing is written.
 2. Write one new pack holding the live objects of the packs that still hold garbage,
    then retire those packs as their turn comes (step 1 again).
 3. Should garbage stay blocked in a cycle through packs (an object of pack P
@@ -217,19 +221,28 @@ class _Sweep:
             level = following
         return moved
 
-    def retirable(self, pack: str) -> bool:
-        """True if ``pack`` may go now: its live objects have a new home, and every
-        garbage object it takes along is referenced only by objects gone or going too."""
+    def retirable(self, pack: str, leaving: set[str]) -> bool:
+        """True if ``pack`` may go now, together with the packs of ``leaving`` (retired
+        in the same call, in whatever order the backend removes them): its live objects
+        have a new home, and every garbage object that loses its last copy with them is
+        referenced only by objects gone or going no later than it."""
         if pack in self.retired or pack in self.kept_packs:
             return False
         if self.live.get(pack) and not self.homed:
             return False
-        vanishing = self.vanishing(pack)
-        return not any(
-            self.active(ref) and ref not in vanishing
-            for oid in vanishing
-            for ref in self.referencers[oid]
-        )
+        going = leaving | {pack}
+        for oid in self.members.get(pack, ()):
+            where = self.holders[oid]
+            if not self.active(oid) or not where <= going:
+                continue  # it keeps a copy elsewhere (or has already gone, or stays)
+            # it goes when the last of its packs goes: a referencer goes no later only
+            # if every copy of it is in those same packs (a copy in a pack of this call
+            # that is not one of them may go after them)
+            if any(
+                self.active(ref) and not self.holders[ref] <= where for ref in self.referencers[oid]
+            ):
+                return False
+        return True
 
     def vanishing(self, pack: str) -> set[str]:
         """The active garbage whose only copy is in ``pack``."""
@@ -241,7 +254,10 @@ class _Sweep:
 
     def retire_packs(self) -> bool:
         """Retire every pack whose turn has come; True if any went."""
-        ready = [pack for pack in sorted(self.members) if self.retirable(pack)]
+        ready: list[str] = []
+        for pack in sorted(self.members):
+            if self.retirable(pack, set(ready)):
+                ready.append(pack)
         if not ready:
             return False
         kept = self.copies.retire_packs(ready, self.young_after)
