@@ -542,20 +542,11 @@ def child_main(
 # -- the verifier ------------------------------------------------------------------------
 
 
-KNOWN_GC_SWEEP_ORDER = "gc-sweep-order"
-"""A known bug (tests/test_crash.py::test_gc_killed_mid_sweep_keeps_garbage_closed, xfail):
-gc killed while deleting unreachable objects leaves unreachable objects whose references
-are gone, which fsck reports as "references missing". A kill cycle that shows exactly
-this is counted apart (``CycleStats.known``) instead of as a new failure; once gc is
-fixed, that xfail test passes strictly and this classification must go."""
-
-
 class Checker:
     """Collects problems instead of stopping at the first."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
-        self.known: list[str] = []
 
     def fail(self, message: str) -> None:
         self.problems.append(message)
@@ -738,11 +729,8 @@ def _verify_mirror(mirror_path: Path, model: Model, c: Checker) -> None:
             c.check(iterations <= got_iterations, f"mirror run {run_id} lost iterations")
 
 
-def verify(
-    store_path: Path, mirror_path: Path, log_path: Path
-) -> tuple[list[str], Record | None, list[str]]:
-    """Check the store against the log: the problems, the resolved record, and known
-    bugs the problems match (see KNOWN_GC_SWEEP_ORDER)."""
+def verify(store_path: Path, mirror_path: Path, log_path: Path) -> tuple[list[str], Record | None]:
+    """Check the store against the log: the problems, and the resolved record."""
     records = read_log(log_path)
     c = Checker()
     for record in records:
@@ -753,13 +741,6 @@ def verify(
     try:
         with cj.Journal.open(store_path, durable=False) as j:
             report = fsck(j.store)
-            if (
-                not report.ok
-                and pending is not None
-                and pending["op"] == "gc"
-                and all(p.message.startswith("references missing") for p in report.problems)
-            ):
-                c.known.append(KNOWN_GC_SWEEP_ORDER)
             c.check(
                 report.ok, f"fsck: {[f'{p.subject[:16]} {p.message}' for p in report.problems][:4]}"
             )
@@ -806,7 +787,7 @@ def verify(
         if resolved:
             model.apply(resolved)
         _verify_mirror(mirror_path, model, c)
-    return c.problems, resolved, c.known
+    return c.problems, resolved
 
 
 # -- kill cycles -------------------------------------------------------------------------
@@ -829,8 +810,6 @@ class CycleStats:
     """Kills that landed right after another SQL statement began (inside a transaction,
     or in a read)."""
     failures: list[str] = field(default_factory=list)
-    known: list[str] = field(default_factory=list)
-    """Cycles that hit a known, xfail-tracked bug (the store is then replaced)."""
 
 
 def run_store(
@@ -896,10 +875,7 @@ def run_store(
         if pending is not None and os.WIFSIGNALED(status):
             op = pending["op"] + ("-prune" if pending.get("prune") else "")
             stats.interrupted[op] = stats.interrupted.get(op, 0) + 1
-        problems, resolved, known = verify(store_path, mirror_path, log_path)
-        if problems and known:
-            stats.known.append(f"[{tag}] {known[0]}: " + problems[0][:300])
-            return stats  # a fresh store: this one now holds the known damage
+        problems, resolved = verify(store_path, mirror_path, log_path)
         if problems:
             stats.failures.append(f"[{tag}] " + "\n  ".join(problems[:8]))
             return stats  # the store is no longer a trustworthy base for more cycles
