@@ -19,11 +19,18 @@ no snapshot and is always encoded. A miss costs time, never correctness.
 A memo is built from the stored chain when a process first saves or loads a run (one
 read of the chain; its snapshots are then parsed copies, replaced by shared ones as the
 caller's messages match them), so it survives reopening the store.
+
+``MessagesImage`` keeps a loaded message list for fresh copies: its dicts and lists
+pickled (in memory only, never stored or read from anywhere), its long strings kept
+aside and shared by every copy (strings are immutable; allocating and copying them was
+most of the cost). Unpickling gives back exactly the types and key order pickled.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -281,3 +288,53 @@ def parse_messages(links: Sequence[Link]) -> list[dict[str, Any]]:
             raise CorruptObject("checkpoint message is not a JSON object", link.node)
         messages.append(message)
     return messages
+
+
+SHARED_STRING = 64
+"""Strings at least this long are shared by the copies of a ``MessagesImage``."""
+
+
+class _ImagePickler(pickle.Pickler):
+    def __init__(self, out: io.BytesIO, strings: list[str]) -> None:
+        super().__init__(out, protocol=5)
+        self.strings = strings
+        self.positions: dict[int, int] = {}
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is not str or len(obj) < SHARED_STRING:
+            return None
+        position = self.positions.get(id(obj))
+        if position is None:
+            position = self.positions[id(obj)] = len(self.strings)
+            self.strings.append(obj)
+        return position
+
+
+class _ImageUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, strings: list[str]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.strings = strings
+
+    def persistent_load(self, pid: Any) -> str:
+        string: str = self.strings[pid]
+        return string
+
+
+class MessagesImage:
+    """A message list kept in memory for fresh copies (see the module docstring)."""
+
+    __slots__ = ("data", "strings", "weight")
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        """Image ``messages`` (RecursionError if nested too deeply to pickle)."""
+        out = io.BytesIO()
+        self.strings: list[str] = []
+        _ImagePickler(out, self.strings).dump(messages)
+        self.data = out.getvalue()
+        self.weight = len(self.data) + sum(map(len, self.strings)) + 64 * len(self.strings)
+        """Roughly the bytes the image holds."""
+
+    def copy(self) -> list[dict[str, Any]]:
+        """A fresh copy of the messages: new dicts and lists, shared long strings."""
+        messages: list[dict[str, Any]] = _ImageUnpickler(self.data, self.strings).load()
+        return messages

@@ -13,11 +13,11 @@ the memo was made for (the last this journal saved or read of the run) is the ex
 old value of the compare-and-swap; if another writer moved the run since, the swap loses
 and the save is rebuilt on the ref as read then. Loads answer from the memo when it holds
 the chain asked for, else read the chain once (and remember it). A chain loaded before in
-this process is not parsed again: the first load's messages are kept as one ``marshal``
-image (exact: every str, int, float, bool and None comes back as it was, in order),
-keyed by the chain's last node and length (a chain never changes), in bounded memory;
-each load unmarshals a fresh copy the caller may change. Every change is one
-``Store.commit``; a deleted run stays restorable from its reflog until gc expires it.
+this process is not parsed again: the first load's messages are kept as a
+``MessagesImage`` (see ``chains``) keyed by the chain's last node and length (a chain
+never changes), in bounded memory; each load is a fresh copy the caller may change.
+Every change is one ``Store.commit``; a deleted run stays restorable from its reflog
+until gc expires it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import heapq
-import marshal
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,7 +42,14 @@ from ..objects import (
     utc_now,
 )
 from .cache import BoundedCache
-from .chains import ChainMemo, Link, encode_chain, parse_messages, read_chain
+from .chains import (
+    ChainMemo,
+    Link,
+    MessagesImage,
+    encode_chain,
+    parse_messages,
+    read_chain,
+)
 from .commit import MAX_ATTEMPTS, commit_or_report, pause
 from .models import Checkpoint
 from .nearby import NearbyObjects
@@ -93,8 +99,8 @@ class CheckpointStore:
         self._memos: BoundedCache[str, ChainMemo] = BoundedCache(
             1024, weigh=lambda memo: memo.weight, max_weight=MEMO_BYTES
         )
-        self._loaded: BoundedCache[tuple[str, int], bytes] = BoundedCache(
-            LOADED_CHAINS, weigh=len, max_weight=LOADED_BYTES
+        self._loaded: BoundedCache[tuple[str, int], MessagesImage] = BoundedCache(
+            LOADED_CHAINS, weigh=lambda image: image.weight, max_weight=LOADED_BYTES
         )
 
     # -- reading objects -----------------------------------------------------------------
@@ -160,18 +166,17 @@ class CheckpointStore:
     def _messages(
         self, run_id: str, oid: str, node: CheckpointNode
     ) -> builtins.list[dict[str, Any]]:
-        """The messages of checkpoint ``oid``, a fresh copy: unmarshalled from the image
-        of an earlier load of the same chain, else parsed from its links (and imaged)."""
+        """The messages of checkpoint ``oid``, a fresh copy: from the image of an earlier
+        load of the same chain, else parsed from its links (and imaged)."""
         if node.messages is None:
             return []
         key = (node.messages, node.message_count)
         image = self._loaded.get(key)
         if image is not None:
-            copy: builtins.list[dict[str, Any]] = marshal.loads(image)
-            return copy
+            return image.copy()
         messages = parse_messages(self._links(run_id, oid, node))
-        with contextlib.suppress(ValueError):  # too deeply nested: parsed again next time
-            self._loaded.put(key, marshal.dumps(messages))
+        with contextlib.suppress(RecursionError):  # too deeply nested: parsed again next time
+            self._loaded.put(key, MessagesImage(messages))
         return messages
 
     def _memo(self, run_id: str, head: str | None) -> ChainMemo:
