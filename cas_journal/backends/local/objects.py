@@ -630,11 +630,14 @@ class LocalObjectStore(ObjectStore):
             if located is None:
                 rows.append(bytes.fromhex(oid))
                 continue
-            pack, position = located
-            with storage_errors("reading an object"):
-                kind, body = parse_canonical(oid, pack.canonical_at(position))
-            copies.append((bytes.fromhex(oid), self.codec.compress(kind, body)))
+            copies.append(self._row_copy(oid, *located))
         return copies, rows
+
+    def _row_copy(self, oid: str, pack: LocalPack, position: int) -> tuple[bytes, bytes]:
+        """``(raw oid, zstd frame)``: a row copy of the object at ``position`` of ``pack``."""
+        with storage_errors("reading an object"):
+            kind, body = parse_canonical(oid, pack.canonical_at(position))
+        return bytes.fromhex(oid), self.codec.compress(kind, body)
 
     def freshen(self, oids: Iterable[str]) -> set[str]:
         """Make every object a young row: an existing row has its ``written`` time raised,
@@ -663,10 +666,8 @@ class LocalObjectStore(ObjectStore):
             if located is None:
                 missing.add(oid)
                 continue
-            pack, position = located
-            with storage_errors("reading an object"):
-                kind, body = parse_canonical(oid, pack.canonical_at(position))
-            copies[bytes.fromhex(oid)] = self.codec.compress(kind, body)
+            raw, frame = self._row_copy(oid, *located)
+            copies[raw] = frame
         if copies:
             self.committer.submit(Change(rows=list(copies.items()), what="freshening objects"))
         return missing
