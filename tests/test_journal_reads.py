@@ -181,6 +181,55 @@ def test_an_unpacked_object_comes_alone(tmp_path):
         j.store.objects.get_with_neighbours("f" * 64)
 
 
+def _unpacked_thread(tmp_path, count: int) -> list[cj.Entry]:
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    written = [user(j, "t", f"message {i}", now=at(i)) for i in range(count)]
+    j.close()
+    return written
+
+
+def _row_queries(j: cj.Journal) -> list[str]:
+    statements: list[str] = []
+    j.store.objects.db.connection().set_trace_callback(statements.append)
+    return statements
+
+
+def test_an_unpacked_chain_is_read_a_window_of_rows_at_a_time(tmp_path):
+    written = _unpacked_thread(tmp_path, count=300)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    statements = _row_queries(j)
+    assert j.path("t") == written
+    reads = [sql for sql in statements if "FROM objects" in sql]
+    assert len(reads) < len(written) // 10  # rows near each other come together
+
+
+def test_scattered_rows_are_read_one_at_a_time_and_windows_hold_only_what_was_asked(tmp_path):
+    written = _unpacked_thread(tmp_path, count=300)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    objects = j.store.objects
+    for entry in written[::100]:  # far apart: no window is read
+        assert objects.get_with_neighbours(entry.id) == [(entry.id, *objects.get(entry.id))]
+        assert objects._window == {}
+    for entry in reversed(written[-20:]):  # close together: windows of neighbours
+        assert objects.get_with_neighbours(entry.id) == [(entry.id, *objects.get(entry.id))]
+    assert objects._window
+    assert all(len(frame) <= 64 * 1024 for frame in objects._window.values())
+
+
+def test_a_damaged_row_read_with_a_window_is_a_clear_error(tmp_path):
+    written = _unpacked_thread(tmp_path, count=60)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    victim = bytes.fromhex(written[10].id)
+    with j.store.objects.db.connection() as conn:  # a frame of another object
+        conn.execute(
+            "UPDATE objects SET frame = (SELECT frame FROM objects WHERE oid = ?) WHERE oid = ?",
+            (bytes.fromhex(written[11].id), victim),
+        )
+    with pytest.raises(CorruptObject):
+        cj.Journal.open(tmp_path / "store", durable=False).path("t")
+
+
 def test_nearby_objects_hand_out_neighbours_once_and_stay_bounded(tmp_path):
     j, written = _packed_thread(tmp_path)
     calls: list[str] = []

@@ -141,6 +141,7 @@ class EntryReader:
             return list(cached.entries)
         oids: list[str] = []
         found: list[Entry | None] = []
+        nodes: dict[str, EntryNode] = {}
         prefix = _CachedPath((), 0)
         current = leaf
         while current:
@@ -151,10 +152,14 @@ class EntryReader:
             entry = entries_get(current)
             oids.append(current)
             found.append(entry)
-            current = entry.parent_id if entry is not None else (node(current).parent or "")
+            if entry is not None:
+                current = entry.parent_id
+            else:
+                nodes[current] = stored = node(current)
+                current = stored.parent or ""
         oids.reverse()
         found.reverse()
-        below = self._entries_of(thread_id, oids, found)
+        below = self._entries_of(thread_id, oids, found, nodes)
         weight = prefix.weight + sum(map(entry_weight, below))
         full = prefix.entries + tuple(below)
         if weight <= PATH_CACHE_BYTES:
@@ -162,28 +167,32 @@ class EntryReader:
         return list(full)
 
     def _entries_of(
-        self, thread_id: str, oids: list[str], found: list[Entry | None]
+        self,
+        thread_id: str,
+        oids: list[str],
+        found: list[Entry | None],
+        nodes: dict[str, EntryNode],
     ) -> list[Entry]:
-        """The entries ``oids`` (``found``: those cached) as seen from ``thread_id``; the
-        payloads not cached are read in path order (pack order: each block split once)."""
-        missing = [
-            (index, self.graph.node(oid)) for index, oid in enumerate(oids) if found[index] is None
-        ]
+        """The entries ``oids`` (``found``: those cached; ``nodes``: the nodes of the
+        others) as seen from ``thread_id``; the payloads not cached are read in path order
+        (pack order: each block split once)."""
         payloads_get = self._payloads.get
-        wanted = [node.payload for _, node in missing if payloads_get(node.payload) is None]
+        wanted = [node.payload for node in nodes.values() if payloads_get(node.payload) is None]
         texts: dict[str, str] = {}
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             texts[oid] = _payload_text(oid, kind, body)
-        for index, node in missing:
-            oid = oids[index]
-            text = texts.get(node.payload) or self.raw_payload(node.payload)
-            found[index] = self._entries.put(oid, self.build(oid, node, text, thread_id))
-        replaced = _ENTRY.replaced
-        return [
-            entry if entry.thread_id == thread_id else replaced(entry, {"thread_id": thread_id})
-            for entry in found
-            if entry is not None
-        ]
+        build, put, replaced = self.build, self._entries.put, _ENTRY.replaced
+        seen_from = {"thread_id": thread_id}
+        out: list[Entry] = []
+        for oid, entry in zip(oids, found, strict=True):
+            if entry is None:
+                node = nodes[oid]
+                text = texts.get(node.payload) or self.raw_payload(node.payload)
+                entry = put(oid, build(oid, node, text, thread_id))
+            elif entry.thread_id != thread_id:
+                entry = replaced(entry, seen_from)
+            out.append(entry)
+        return out
 
     def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
         """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).

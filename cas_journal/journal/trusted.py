@@ -81,6 +81,18 @@ def _after(convert: Convert, validators: list[Callable[[Any], Any]]) -> Convert:
     return after
 
 
+def _enum(kind: type[enum.Enum]) -> Convert:
+    """The member of ``kind`` with a given value (what calling the enum gives, without
+    the cost of the enum machinery for a str value that names a member)."""
+    members: dict[Any, Any] = dict(kind._value2member_map_)
+
+    def convert(value: Any) -> Any:
+        member = members.get(value) if type(value) is str else None
+        return member if member is not None else kind(value)
+
+    return convert
+
+
 def _plan(annotation: Any) -> Convert:
     """How to take a JSON value into a field of this annotation."""
     origin = typing.get_origin(annotation)
@@ -107,7 +119,7 @@ def _plan(annotation: Any) -> Convert:
     elif annotation is int:
         return _int
     elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return annotation
+        return _enum(annotation)
     elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return Constructor(annotation)
     adapter: TypeAdapter[Any] = TypeAdapter(annotation)
@@ -119,29 +131,35 @@ class Constructor(Generic[M]):
 
     For a model without private attributes, aliases or required fields it sets the
     instance's fields directly (what ``model_construct`` does, without its per-field
-    alias handling); otherwise it calls ``model_construct``.
+    alias handling); otherwise it calls ``model_construct``. A present str, bool or int
+    field whose value has exactly that type is taken as it is, without a call per field
+    (this runs once per entry of every path read from the store).
     """
 
     def __init__(self, model: type[M]) -> None:
         self.model = model
         self.plans: dict[str, Convert] | None = None  # built on first use (models may nest)
+        self._exact: dict[str, Any] = {}
         fields = model.model_fields
         self._direct = not model.__private_attributes__ and all(
             field.alias is None and field.validation_alias is None and not field.is_required()
             for field in fields.values()
         )
+        # what a direct build starts from (model_construct fills in defaults itself)
         self._defaults = {
-            name: field.default for name, field in fields.items() if field.default_factory is None
+            name: field.default
+            for name, field in fields.items()
+            if field.default_factory is None and self._direct
         }
         self._factories = {
             name: field.default_factory
             for name, field in fields.items()
-            if field.default_factory is not None
+            if field.default_factory is not None and self._direct
         }
 
     def _plans(self) -> dict[str, Convert]:
         if self.plans is None:
-            self.plans = {
+            plans = {
                 name: _plan(
                     Annotated[field.annotation, *field.metadata]
                     if field.metadata
@@ -149,28 +167,37 @@ class Constructor(Generic[M]):
                 )
                 for name, field in self.model.model_fields.items()
             }
+            self._exact = {
+                name: field.annotation
+                for name, field in self.model.model_fields.items()
+                if field.annotation in (str, bool, int) and not field.metadata
+            }
+            self.plans = plans
         return self.plans
 
-    def _values(self, data: Any) -> dict[str, Any]:
+    def _fields(self, data: Any) -> tuple[dict[str, Any], set[str]]:
+        """Every field of a model holding ``data`` (defaults for the missing ones, in
+        field order when every field has a plain default) and the names ``data`` set."""
         if type(data) is not dict:
             raise ValueError(f"expected an object for {self.model.__name__}")
         plans = self._plans()
-        values: dict[str, Any] = {}
+        exact = self._exact.get
+        fields = self._defaults.copy()
+        fields.update(data)
         for name, value in data.items():
-            plan = plans.get(name)
-            if plan is None:
-                raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
-            values[name] = plan(value)
-        return values
-
-    def _build(self, values: dict[str, Any], fields_set: set[str]) -> M:
-        if not self._direct:
-            return self.model.model_construct(_fields_set=fields_set, **values)
-        fields = dict(self._defaults)
+            if exact(name) is not type(value):
+                plan = plans.get(name)
+                if plan is None:
+                    raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+                fields[name] = plan(value)
         for name, factory in self._factories.items():
-            if name not in values:
+            if name not in data:
                 fields[name] = factory()  # type: ignore[call-arg]
-        fields.update(values)
+        return fields, set(data)
+
+    def _build(self, fields: dict[str, Any], fields_set: set[str]) -> M:
+        if not self._direct:
+            return self.model.model_construct(_fields_set=fields_set, **fields)
         model = self.model.__new__(self.model)
         _set(model, "__dict__", fields)
         _set(model, "__pydantic_fields_set__", fields_set)
@@ -180,15 +207,15 @@ class Constructor(Generic[M]):
 
     def __call__(self, data: Any) -> M:
         """The model holding ``data``'s fields (missing ones at their defaults)."""
-        values = self._values(data)
-        return self._build(values, set(values))
+        return self._build(*self._fields(data))
 
     def replaced(self, model: M, trusted: dict[str, Any]) -> M:
         """A copy of ``model`` (built by this constructor) with ``trusted`` fields set as
         they are: a shallow copy, as ``model_copy(update=...)`` makes, without its cost."""
         if not self._direct:
             return model.model_copy(update=trusted)
-        fields = {**model.__dict__, **trusted}
+        fields = model.__dict__.copy()
+        fields.update(trusted)
         copy = self.model.__new__(self.model)
         fields_set = model.__pydantic_fields_set__
         if not fields_set.issuperset(trusted):
@@ -202,8 +229,7 @@ class Constructor(Generic[M]):
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
         the caller built itself: oids, an aware UTC time)."""
-        values = self._values(data)
-        fields_set = set(values)
-        values.update(trusted)
+        fields, fields_set = self._fields(data)
+        fields.update(trusted)
         fields_set.update(trusted)
-        return self._build(values, fields_set)
+        return self._build(fields, fields_set)

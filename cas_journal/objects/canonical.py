@@ -191,7 +191,7 @@ def _parse_time(text: str) -> datetime:
         raise ValueError(f"not a canonical timestamp: {text!r}")
     if text[4] != "-" or text[10] != "T" or text[19] != "." or not text[20:26].isdigit():
         raise ValueError(f"not a canonical timestamp: {text!r}")
-    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+    return datetime.fromisoformat(text)  # "Z": tzinfo is UTC itself
 
 
 def parse_time(text: str) -> datetime:

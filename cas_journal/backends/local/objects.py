@@ -81,6 +81,22 @@ _READ_ROW = "SELECT substr(frame, 1, ?), length(frame) FROM objects WHERE oid = 
 _READ_ROWS = "SELECT oid, substr(frame, 1, ?), length(frame) FROM objects WHERE oid IN ({marks})"
 _ROWS_PER_QUERY = 500
 """Oids per ``get_many`` query (SQLite allows 32,766 parameters; smaller keeps memory flat)."""
+_READ_ROW_WINDOW = (
+    "SELECT oid, CASE WHEN oid = ?2 OR length(frame) <= ?3 THEN substr(frame, 1, ?1) END, rowid "
+    "FROM objects WHERE rowid BETWEEN (SELECT rowid FROM objects WHERE oid = ?2) - ?4 "
+    "AND (SELECT rowid FROM objects WHERE oid = ?2) + ?5"
+)
+_READ_ROW_NUMBERED = "SELECT substr(frame, 1, ?), rowid FROM objects WHERE oid = ?"
+ROWS_BEFORE, ROWS_AFTER = 96, 8
+"""Rows written just before (and after) a row that ``get_with_neighbours`` reads with it,
+once the rows it was asked for lie close together: rows are numbered in write order, so
+a chain appended one commit at a time (entry, payload, thread state per append) lies in
+the rows just before its newest node. Scattered reads (skip-pointer hops) read one row
+each."""
+NEIGHBOUR_FRAME_BYTES = 64 * 1024
+"""Frames of neighbouring rows kept (undecoded) at most this long each: the rows read
+with one window, at most ``(ROWS_BEFORE + ROWS_AFTER) * NEIGHBOUR_FRAME_BYTES`` (6.5 MiB),
+are kept until the next window replaces them."""
 
 
 def ensure_reserve(root: Path) -> None:
@@ -149,6 +165,11 @@ class LocalObjectStore(ObjectStore):
         self._merging_failed = False
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
+        self._window: dict[str, bytes] = {}
+        self._last_row: int | None = None
+        self._rows_close = False
+        """Frames of the rows read with the last row window (``get_with_neighbours``),
+        by oid, each decoded and verified only when asked for."""
         self._lock = threading.Lock()
         self.refresh_packs()
 
@@ -720,7 +741,9 @@ class LocalObjectStore(ObjectStore):
                 return found
         else:  # not packed: its row, without a second search of the packs
             try:
-                frame = self._read_row(oid)
+                frame = self._window.pop(oid, None)
+                if frame is None:
+                    frame = self._read_row_nearby(oid)
                 if frame is not None:
                     kind, body = self.codec.decode(oid, frame)
                     return [(oid, kind, body)]
@@ -728,6 +751,43 @@ class LocalObjectStore(ObjectStore):
                 pass  # ``get`` looks for another copy, or says why there is none
         kind, body = self.get(oid)
         return [(oid, kind, body)]
+
+    def _read_row_nearby(self, oid: str) -> bytes | None:
+        """The frame of ``oid``'s row (None if there is none or it is too long: ``get``
+        then says why). When the rows asked for lately lie close together, it is read in
+        one query with the rows written just before and after it, whose frames replace
+        the window kept for the next calls. A row's frame is immutable (a damaged one
+        fails verification when it is decoded, and ``get`` looks for another copy), so a
+        kept frame is never stale, only perhaps deleted since."""
+        raw = bytes.fromhex(oid)
+        limit = self.codec.max_frame_size
+        found: bytes | None = None
+        number: object = None
+        if self._rows_close:
+            params = (limit + 1, raw, NEIGHBOUR_FRAME_BYTES, ROWS_BEFORE, ROWS_AFTER)
+            window: dict[str, bytes] = {}
+            rows = self.db.rows(_READ_ROW_WINDOW, params, "reading objects", CorruptObject)
+            for other, frame, rowid in rows:
+                if not isinstance(other, bytes) or not isinstance(frame, bytes):
+                    continue
+                if other == raw:
+                    found, number = frame, rowid
+                else:
+                    window[other.hex()] = frame
+            self._window = window
+        else:
+            row = self.db.row(
+                _READ_ROW_NUMBERED, (limit + 1, raw), "reading an object", CorruptObject
+            )
+            if row is not None and isinstance(row[0], bytes):
+                found, number = row[0], row[1]
+        last, self._last_row = self._last_row, number if isinstance(number, int) else None
+        self._rows_close = (
+            last is not None
+            and self._last_row is not None
+            and abs(self._last_row - last) <= 2 * ROWS_BEFORE
+        )
+        return found if found is not None and len(found) <= limit else None
 
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """Read several objects, each verified: the packed ones pack by pack (each block
