@@ -114,9 +114,8 @@ def check_payload(oid: str, body: bytes) -> dict[str, Any]:
 def canonical_fields(body: bytes | str) -> dict[str, Any]:
     """Parse payload JSON into its field dict, refusing keys that are not payload fields."""
     fields = parse_json(body)
-    if not isinstance(fields, dict) or "type" not in fields:
+    if type(fields) is not dict or "type" not in fields:
         raise ValueError("payload is not an object with a type")
-    unknown = fields.keys() - _PAYLOAD_FIELD_SET
-    if unknown:
-        raise ValueError(f"payload has unknown fields {sorted(unknown)}")
+    if not _PAYLOAD_FIELD_SET.issuperset(fields):
+        raise ValueError(f"payload has unknown fields {sorted(fields.keys() - _PAYLOAD_FIELD_SET)}")
     return fields

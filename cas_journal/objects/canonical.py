@@ -114,16 +114,22 @@ def canonical_json_of_plain(value: Any) -> bytes:
 
 
 def _has_float(value: Any) -> bool:
+    """True if a parsed JSON value holds a float (runs once per parse: a tight loop)."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is not dict and kind is not list:
+        return False
     pending = [value]
+    pop, push = pending.pop, pending.append
     while pending:
-        current = pending.pop()
-        kind = type(current)
-        if kind is float:
-            return True
-        if kind is dict:
-            pending.extend(current.values())
-        elif kind is list:
-            pending.extend(current)
+        current = pop()
+        for item in current.values() if type(current) is dict else current:
+            kind = type(item)
+            if kind is float:
+                return True
+            if kind is dict or kind is list:
+                push(item)
     return False
 
 

@@ -164,16 +164,17 @@ def _compact(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 _CANONICAL_ENTRY = re.compile(
-    rb'\{"created_at":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
-    rb'(?:,"depth":([1-9][0-9]{0,17}))?'
-    rb'(?:,"parent":"([0-9a-f]{64})")?'
-    rb',"payload":"([0-9a-f]{64})"'
-    rb'(?:,"skip":"([0-9a-f]{64})")?'
-    rb'(?:,"turn_id":"([^"\\\x00-\x1f]*)")?\}'
+    r'\{"created_at":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
+    r'(?:,"depth":([1-9][0-9]{0,17}))?'
+    r'(?:,"parent":"([0-9a-f]{64})")?'
+    r',"payload":"([0-9a-f]{64})"'
+    r'(?:,"skip":"([0-9a-f]{64})")?'
+    r'(?:,"turn_id":"([^"\\\x00-\x1f]*)")?\}'
 )
-"""An entry body exactly as ``EntryNode.body`` writes it, with a turn id free of JSON
-escapes: such a body is read by this pattern alone; any other goes through the JSON
-parser, which gives the same fields or the same error (a property test compares them)."""
+"""An entry body (decoded) exactly as ``EntryNode.body`` writes it, with a turn id free
+of JSON escapes: such a body is read by this pattern alone; any other goes through the
+JSON parser, which gives the same fields or the same error (a property test compares
+them)."""
 
 
 _EntryFields = tuple[str, int, str | None, str, str | None, str]
@@ -183,22 +184,15 @@ _EntryFields = tuple[str, int, str | None, str, str | None, str]
 def _canonical_entry_fields(body: bytes) -> _EntryFields | None:
     """``(created_at, depth, parent, payload, skip, turn_id)`` of a canonical entry body,
     or None if the body is not in that form (the caller then parses it as JSON)."""
-    match = _CANONICAL_ENTRY.fullmatch(body)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # the JSON parser refuses it with its own message
+    match = _CANONICAL_ENTRY.fullmatch(text)
     if match is None:
         return None
     created_at, depth, parent, payload, skip, turn_id = match.groups()
-    try:
-        turn = turn_id.decode("utf-8") if turn_id else ""
-    except UnicodeDecodeError:
-        return None  # the JSON parser refuses it with its own message
-    return (
-        created_at.decode("ascii"),
-        int(depth) if depth else 0,
-        parent.decode("ascii") if parent else None,
-        payload.decode("ascii"),
-        skip.decode("ascii") if skip else None,
-        turn,
-    )
+    return created_at, int(depth) if depth else 0, parent, payload, skip, turn_id or ""
 
 
 def _json_entry_fields(body: bytes, oid: str | None, allowed: frozenset[str]) -> _EntryFields:
@@ -222,6 +216,9 @@ def _json_entry_fields(body: bytes, oid: str | None, allowed: frozenset[str]) ->
         raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
     return created_at, depth, parent, cast(str, payload), skip, turn_id
 
+
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple from its fields in order without its Python-level ``__new__``."""
 
 # the members an EntryNode body may hold
 _ENTRY_FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
@@ -286,7 +283,7 @@ class EntryNode(NamedTuple):
             raise CorruptObject("entry: depth and parent disagree", oid)
         if (skip is not None) != (depth >= 2):
             raise CorruptObject("entry: skip pointer missing or unexpected", oid)
-        return cls(payload, created_at, depth, parent, skip, turn_id)
+        return _new_tuple(cls, (payload, created_at, depth, parent, skip, turn_id))
 
 
 # the members a ThreadStateNode body may hold
