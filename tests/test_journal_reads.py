@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from journal_helpers import at, user
+from pydantic import ValidationError
 
 import cas_journal as cj
 from cas_journal import maintenance
@@ -339,6 +340,19 @@ def test_constructor_copies_share_nothing_mutable_with_the_original():
     assert copy.thread_id == "t" and original.thread_id == ""
     assert copy.metadata == {"k": "v"} and copy.__dict__ is not original.__dict__
     assert "thread_id" in copy.model_fields_set and "thread_id" not in original.model_fields_set
+
+
+def test_constructor_shares_field_sets_that_copies_never_change():
+    build = Constructor(cj.Entry)
+    first = build({"type": "custom", "summary": "a"})
+    second = build({"type": "custom", "summary": "b"})
+    assert first.model_fields_set is second.model_fields_set == {"type", "summary"}
+    changed = first.model_copy(update={"error": "e"})
+    assert changed.model_fields_set == {"type", "summary", "error"}
+    assert first.model_fields_set == second.model_fields_set == {"type", "summary"}
+    assert build({"type": "custom"}).model_fields_set == {"type"}
+    with pytest.raises(ValidationError):
+        first.summary = "c"  # type: ignore[misc]  # frozen: the shared set never grows
 
 
 def test_constructor_runs_content_validators_and_accepts_exact_strings():

@@ -24,6 +24,9 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, TypeAdapter
 
 M = TypeVar("M", bound=BaseModel)
+SHARED_FIELD_SETS = 256
+"""Distinct sets of field names a constructor of a frozen model shares between the
+instances it builds, at most (beyond that, each instance gets its own set)."""
 _set = object.__setattr__
 Convert = Callable[[Any], Any]
 
@@ -145,6 +148,12 @@ class Constructor(Generic[M]):
             field.alias is None and field.validation_alias is None and not field.is_required()
             for field in fields.values()
         )
+        # a frozen model never adds to its set of fields set (pydantic copies it for a
+        # model_copy), so instances that set the same fields can share one: fewer objects
+        # for the cyclic garbage collector to walk after a long path is read
+        self._field_sets: dict[tuple[str, ...], set[str]] | None = (
+            {} if self._direct and model.model_config.get("frozen") else None
+        )
         # what a direct build starts from (model_construct fills in defaults itself)
         self._defaults = {
             name: field.default
@@ -175,9 +184,22 @@ class Constructor(Generic[M]):
             self.plans = plans
         return self.plans
 
-    def _fields(self, data: Any) -> tuple[dict[str, Any], set[str]]:
+    def _fields_set(self, names: tuple[str, ...]) -> set[str]:
+        """The set of ``names``: one shared by the instances that set the same fields,
+        for a frozen model (see ``SHARED_FIELD_SETS``)."""
+        shared = self._field_sets
+        if shared is None:
+            return set(names)
+        found = shared.get(names)
+        if found is None:
+            found = set(names)
+            if len(shared) < SHARED_FIELD_SETS:
+                shared[names] = found
+        return found
+
+    def _fields(self, data: Any) -> dict[str, Any]:
         """Every field of a model holding ``data`` (defaults for the missing ones, in
-        field order when every field has a plain default) and the names ``data`` set."""
+        field order when every field has a plain default)."""
         if type(data) is not dict:
             raise ValueError(f"expected an object for {self.model.__name__}")
         plans = self._plans()
@@ -193,7 +215,7 @@ class Constructor(Generic[M]):
         for name, factory in self._factories.items():
             if name not in data:
                 fields[name] = factory()  # type: ignore[call-arg]
-        return fields, set(data)
+        return fields
 
     def _build(self, fields: dict[str, Any], fields_set: set[str]) -> M:
         if not self._direct:
@@ -207,7 +229,8 @@ class Constructor(Generic[M]):
 
     def __call__(self, data: Any) -> M:
         """The model holding ``data``'s fields (missing ones at their defaults)."""
-        return self._build(*self._fields(data))
+        fields = self._fields(data)
+        return self._build(fields, self._fields_set(tuple(data)))
 
     def replaced(self, model: M, trusted: dict[str, Any]) -> M:
         """A copy of ``model`` (built by this constructor) with ``trusted`` fields set as
@@ -229,7 +252,6 @@ class Constructor(Generic[M]):
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
         the caller built itself: oids, an aware UTC time)."""
-        fields, fields_set = self._fields(data)
+        fields = self._fields(data)
         fields.update(trusted)
-        fields_set.update(trusted)
-        return self._build(fields, fields_set)
+        return self._build(fields, self._fields_set((*data, *trusted)))
