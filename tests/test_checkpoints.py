@@ -343,13 +343,19 @@ def test_load_of_any_iteration_reads_the_chain_from_the_memo(j):
     assert counter.reads[Kind.MESSAGE] == 0 and counter.reads[Kind.BLOB] == 0
 
 
-def test_a_second_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatch):
-    from cas_journal.journal import chains
+def test_a_third_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatch):
+    from cas_journal.journal import chains, checkpoints
 
     tricky = {"i": 1, "f": 1.0, "b": True, "z": -0.0, "big": 2**70, "n": None, "s": "é\u2028"}
     messages = [{"role": "user", "content": "q", "v": tricky}, {"deep": [[{"x": [1, 2.5]}]]}]
     j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages))
+    images: list[int] = []
+    real_image = checkpoints.MessagesImage
+    monkeypatch.setattr(checkpoints, "MessagesImage", lambda m: images.append(1) or real_image(m))
     first = j.checkpoints.load("r").messages
+    assert images == []  # a chain loaded once (a new process restoring a run) is not imaged
+    assert typed(j.checkpoints.load("r").messages) == typed(messages)
+    assert images == [1]
     parses: list[int] = []
     real = chains.parse_json
     monkeypatch.setattr(chains, "parse_json", lambda *a, **k: parses.append(1) or real(*a, **k))

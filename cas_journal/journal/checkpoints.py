@@ -13,9 +13,11 @@ the memo was made for (the last this journal saved or read of the run) is the ex
 old value of the compare-and-swap; if another writer moved the run since, the swap loses
 and the save is rebuilt on the ref as read then. Loads answer from the memo when it holds
 the chain asked for, else read the chain once (and remember it). A chain loaded before in
-this process is not parsed again: the first load's messages are kept as a
+this process is not parsed a third time: the second load's messages are kept as a
 ``MessagesImage`` (see ``chains``) keyed by the chain's last node and length (a chain
-never changes), in bounded memory; each load is a fresh copy the caller may change.
+never changes), in bounded memory; each load is a fresh copy the caller may change. (The
+first load only notes the key: a process that loads a run once, to restore it, does not
+pay for an image it never uses.)
 Every change is one ``Store.commit``; a deleted run stays restorable from its reflog
 until gc expires it.
 """
@@ -102,6 +104,7 @@ class CheckpointStore:
         self._loaded: BoundedCache[tuple[str, int], MessagesImage] = BoundedCache(
             LOADED_CHAINS, weigh=lambda image: image.weight, max_weight=LOADED_BYTES
         )
+        self._loaded_once: BoundedCache[tuple[str, int], bool] = BoundedCache(LOADED_CHAINS)
 
     # -- reading objects -----------------------------------------------------------------
 
@@ -166,8 +169,10 @@ class CheckpointStore:
     def _messages(
         self, run_id: str, oid: str, node: CheckpointNode
     ) -> builtins.list[dict[str, Any]]:
-        """The messages of checkpoint ``oid``, a fresh copy: from the image of an earlier
-        load of the same chain, else parsed from its links (and imaged)."""
+        """The messages of checkpoint ``oid``, a fresh copy: from the image of earlier
+        loads of the same chain, else parsed from its links. The image is made at the
+        second load of a chain: a chain loaded once (a new process restoring a run) does
+        not pay for it."""
         if node.messages is None:
             return []
         key = (node.messages, node.message_count)
@@ -175,8 +180,11 @@ class CheckpointStore:
         if image is not None:
             return image.copy()
         messages = parse_messages(self._links(run_id, oid, node))
-        with contextlib.suppress(RecursionError):  # too deeply nested: parsed again next time
-            self._loaded.put(key, MessagesImage(messages))
+        if self._loaded_once.get(key) is None:
+            self._loaded_once.put(key, True)
+        else:
+            with contextlib.suppress(RecursionError):  # too deep: parsed again next time
+                self._loaded.put(key, MessagesImage(messages))
         return messages
 
     def _memo(self, run_id: str, head: str | None) -> ChainMemo:
