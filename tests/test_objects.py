@@ -254,6 +254,23 @@ def test_fast_entry_body_equals_the_generic_encoding(
     assert EntryNode.parse(node.body()) == node
 
 
+@given(message=oids, parent=st.none() | oids, noise=st.sampled_from(["", " ", "\n"]))
+def test_a_message_node_reads_its_canonical_body_as_the_json_parser_does(message, parent, noise):
+    from cas_journal.objects import MessageNode
+    from cas_journal.objects.canonical import parse_json
+
+    node = MessageNode(message, parent)
+    body = node.body()
+    assert MessageNode.parse(body) == node
+    assert parse_json(body) == {"message": message, **({"parent": parent} if parent else {})}
+    spaced = body.replace(b":", noise.encode() + b":")  # not canonical: the JSON parser reads it
+    assert MessageNode.parse(spaced) == node
+    upper = body.replace(message.encode(), message.upper().encode())
+    if upper != body:  # an oid in capitals is no oid, however the body is read
+        with pytest.raises(CorruptObject):
+            MessageNode.parse(upper)
+
+
 def test_thread_state_depth_and_skip_must_agree_with_parents():
     meta = {"id": "t"}
     bad = [
