@@ -419,3 +419,17 @@ def test_a_deleted_run_is_listed_and_restored(j):
     assert j.checkpoints.deleted() == []
     with pytest.raises(cj.CheckpointNotFound):
         j.checkpoints.restore("never-saved")
+
+
+def test_a_new_process_reads_a_run_stored_as_rows_in_few_queries(tmp_path):
+    messages: list[dict] = []
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        for i in range(100):
+            messages = [*messages, *({"role": "user", "content": f"{i}.{k}"} for k in range(3))]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        statements: list[str] = []
+        j.store.objects.db.connection().set_trace_callback(statements.append)
+        assert j.checkpoints.load("r").messages == messages
+        object_reads = [s for s in statements if "FROM objects" in s]
+        assert len(object_reads) <= 30, object_reads  # 600 messages: not one query each
