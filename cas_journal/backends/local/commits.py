@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 from ...errors import JournalError, StorageError
 from ..base import IndexUpdate, RefUpdate
-from .database import Database, FilesReplaced
+from .database import PAGE_SIZE, Database, FilesReplaced
 
 INSERT_OBJECT = (
     "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
@@ -269,10 +269,18 @@ class Committer:
                 change.stamp = now
             return [apply_change(conn, change, now) for change in group]
 
+        self.db.count_pages(sum(map(_pages, group)))
         results = self.db.write(work, what)
         self.transactions += 1
         for change, result in zip(group, results, strict=True):
             _finish(change, result=result)
+
+
+def _pages(change: Change) -> int:
+    """Roughly how many pages a change writes: a leaf of the oid index per row (oids are
+    random), the rows' own bytes, and the ref, reflog and index pages."""
+    rows = change.rows
+    return len(rows) + sum(len(frame) for _, frame in rows) // PAGE_SIZE + 3
 
 
 def _finish(change: Change, result: bool = False, error: BaseException | None = None) -> None:
