@@ -1048,7 +1048,7 @@ def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
     from cas_journal.backends.local import database
 
     monkeypatch.setattr(database, "CHECKPOINT_EVERY", 20)
-    monkeypatch.setattr(database, "RESTART_FRAMES", 1000)
+    monkeypatch.setattr(database, "RELAXED_RESTART_FRAMES", 1000)  # (not durable)
     monkeypatch.setattr(database, "AUTOCHECKPOINT_PAGES", 0)  # 0: SQLite never checkpoints
     store = LocalStore(tmp_path / "s", durable=False)
     old = None
@@ -1084,6 +1084,33 @@ def test_checkpoints_run_beside_the_commits(tmp_path, monkeypatch):
         assert again.refs.read_ref("threads/t") == old
 
 
+def test_big_transactions_ask_for_a_checkpoint_before_checkpoint_every(tmp_path, monkeypatch):
+    """Background checkpoints are paced by the pages written too: a few batch-sized
+    transactions (hundreds of objects each) ask for one long before CHECKPOINT_EVERY
+    transactions, and small ones below CHECKPOINT_PAGES do not."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local import database
+
+    monkeypatch.setattr(database, "CHECKPOINT_EVERY", 10**9)
+    store = LocalStore(tmp_path / "s", durable=False)
+    old = None
+    for i in range(20):  # 20 small commits: about 5 pages each
+        blob = new_object(Kind.BLOB, b"small %d" % i)
+        assert store.commit([blob], RefUpdate("threads/t", old, blob.oid))
+        old = blob.oid
+    assert store.db.checkpointer._thread is None
+    for i in range(4):  # 4 batches of 300 objects: over CHECKPOINT_PAGES
+        batch = [new_object(Kind.BLOB, b"batch %d object %d" % (i, k)) for k in range(300)]
+        assert store.commit(batch, RefUpdate("threads/t", old, batch[-1].oid))
+        old = batch[-1].oid
+    assert store.db.checkpointer._thread is not None
+    deadline = time.monotonic() + 10
+    while store.db.checkpointer.checkpoints < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    store.close()
+
+
 def test_a_short_wal_never_makes_a_writer_checkpoint(tmp_path, monkeypatch):
     """Below RESTART_FRAMES a writer never pays for finishing a background checkpoint (its
     syncs); the background thread still copies the WAL into store.db, and once it has
@@ -1092,7 +1119,7 @@ def test_a_short_wal_never_makes_a_writer_checkpoint(tmp_path, monkeypatch):
     from cas_journal.backends.local import database
 
     monkeypatch.setattr(database, "CHECKPOINT_EVERY", 20)
-    monkeypatch.setattr(database, "RESTART_FRAMES", 10**9)
+    monkeypatch.setattr(database, "RELAXED_RESTART_FRAMES", 10**9)  # (not durable)
     monkeypatch.setattr(database, "AUTOCHECKPOINT_PAGES", 0)
     finished: list[object] = []
     monkeypatch.setattr(database.Checkpointer, "finish", lambda self, conn: finished.append(conn))
