@@ -32,14 +32,14 @@ paid for all of them. Instead a thread of the process's own (``Checkpointer``, s
 demand, one per open store) runs a passive checkpoint after every ``CHECKPOINT_EVERY``
 write transactions, or sooner once the writes since the last one changed about
 ``CHECKPOINT_PAGES`` pages (the committer estimates the pages of each transaction,
-``count_pages``: a batch of thousands of objects is one transaction), beside the commits (a passive checkpoint never blocks a
-writer).
-Once the WAL holds ``RESTART_FRAMES`` frames (``RELAXED_RESTART_FRAMES`` when not
-durable), the next write of the process copies the
-few frames committed meanwhile (a small checkpoint, but with the syncs of any checkpoint;
-SQLite starts the WAL over only when a write finds every frame copied); below that the
-WAL simply grows, so that those syncs are paid at most once per ``RESTART_FRAMES``
-frames written, not after every background checkpoint of a process that writes little.
+``count_pages``: a batch of thousands of objects is one transaction), beside the commits
+(a passive checkpoint never blocks a writer). Once the WAL holds ``RESTART_FRAMES``
+frames (``RELAXED_RESTART_FRAMES`` when not durable), the next write of the process
+copies the few frames committed meanwhile (a small checkpoint, but with the syncs of
+any checkpoint; SQLite starts the WAL over only when a write finds every frame copied);
+below that the WAL simply grows, so that those syncs are paid at most once per that
+many frames written, not after every background checkpoint of a process that writes
+little.
 A WAL that started over is overwritten in place, which a durable commit syncs faster
 than a growing file. SQLite's automatic checkpoint stays as a backstop at
 ``AUTOCHECKPOINT_PAGES``.
