@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from backend_contract import HOSTILE_NAMES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from journal_helpers import ReadCounter, assistant, at, contents, stored, user
 
 import cas_journal as cj
@@ -261,6 +263,45 @@ def test_fork_at_and_before(j):
         j.entry("src", d.id)
     with pytest.raises(cj.EntryNotFound):
         j.fork("src", d.id, new_thread_id="nope")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.timezones()
+    ),
+    before=st.booleans(),
+    which=st.integers(0, 2),
+)
+def test_fork_builds_the_metadata_meta_to_state_and_meta_from_state_would(moment, before, which):
+    """A fork builds its state's metadata and the ThreadMeta it returns directly: the state
+    is the one ``meta_to_state`` of the fork's ThreadMeta gives, and the result equals (also
+    in its set fields) what ``meta_from_state`` reads back."""
+    from cas_journal.journal.state import meta_from_state, meta_to_state
+
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="src"))
+    entries = [user(j, "src", text, now=at(k)) for k, text in enumerate("ab")]
+    target = [None, entries[0].id, entries[1].id][which]
+    position = cj.ForkPosition.BEFORE if before else cj.ForkPosition.AT
+    got = j.fork("src", target, position, new_thread_id="f", now=moment)
+    head = j._states.read("f")
+    back = meta_from_state(head.state_oid, head.state)
+    assert got == back and got.model_fields_set == back.model_fields_set
+    assert got._state_oid == head.state_oid
+    leaf = target or entries[1].id
+    if before:
+        leaf = j.entry_node(leaf).parent or ""
+    reference = cj.ThreadMeta(
+        id="f",
+        parent_thread_id="src",
+        forked_from_thread_id="src",
+        forked_from_entry_id=leaf,
+        created_at=moment,
+        updated_at=moment,
+    )
+    assert head.state.meta == meta_to_state(reference)
+    assert head.state.leaf == (leaf or None)
 
 
 def test_fork_to_an_existing_id_changes_nothing(j):

@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from ..backends import IndexUpdate, NewObject, RefUpdate, Store
 from ..backends.base import apply_index_update
@@ -31,7 +32,7 @@ from ..errors import (
     ThreadNotFound,
 )
 from ..names import validate_id
-from ..objects import Kind, ThreadStateNode, ensure_utc, is_oid, utc_now
+from ..objects import Kind, ThreadStateNode, ensure_utc, format_time, is_oid, parse_time, utc_now
 from .cache import BoundedCache
 from .commit import Update, commit, commit_or_report
 from .graph import EntryGraph
@@ -127,26 +128,35 @@ class ThreadBook:
                 raise EntryNotFound(f"thread {source_id!r} has no entry to fork before")
             target = self.graph.node(target).parent
         new_id = validate_id(new_thread_id or generate_thread_id(), "new thread id")
-        created = ensure_utc(now or utc_now())
-        meta = ThreadMeta(
-            id=new_id,
-            parent_thread_id=source_id,
-            forked_from_thread_id=source_id,
-            forked_from_entry_id=target or "",
-            created_at=created,
-            updated_at=created,
-        )
-        state = ThreadStateNode(meta_to_state(meta), target or None, (target,) if target else ())
-        return self._create(new_id, state, "fork", state.heads)
+        created = format_time(ensure_utc(now or utc_now()))
+        # the state's metadata and the ThreadMeta are built directly from values this
+        # call made or checked (what meta_to_state and meta_from_state would give)
+        fields = {"id": new_id, "created_at": created, "updated_at": created}
+        if source_id:
+            fields["parent_thread_id"] = fields["forked_from_thread_id"] = source_id
+        if target:
+            fields["forked_from_entry_id"] = target
+        state = ThreadStateNode(fields, target or None, (target,) if target else ())
+        moment = parse_time(created)
+        values: dict[str, Any] = {**fields, "created_at": moment, "updated_at": moment}
+        values["leaf_id"] = target or ""
+        meta = ThreadMeta.model_construct(**values)
+        return self._create(new_id, state, "fork", state.heads, meta)
 
     def _create(
-        self, thread_id: str, state: ThreadStateNode, reason: str, linked: Iterable[str] = ()
+        self,
+        thread_id: str,
+        state: ThreadStateNode,
+        reason: str,
+        linked: Iterable[str] = (),
+        meta: ThreadMeta | None = None,
     ) -> ThreadMeta:
         """Create the ref of a new thread at ``state``, with its listing ref, in one commit.
 
         ``linked`` are stored objects the state links that this call did not write: the
         commit protects them from a concurrent gc (``Store.commit``); a missing one is
-        EntryNotFound.
+        EntryNotFound. ``meta`` is the state's metadata if the caller built it already
+        (else it is read from the state).
         """
         name = thread_ref(thread_id)
         atomic = self.store.capabilities.atomic_commit
@@ -154,7 +164,10 @@ class ThreadBook:
             # (a store that commits atomically refuses the swap instead: no probe needed)
             raise ThreadExists(f"thread {thread_id!r} already exists")
         state_oid, body = self.states.write(state)
-        meta = meta_from_state(state_oid, state)
+        if meta is None:
+            meta = meta_from_state(state_oid, state)
+        else:
+            meta._state_oid = state_oid
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
         swap = RefUpdate(name, None, state_oid, reason)
