@@ -319,9 +319,9 @@ class Database:
         """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._guard = threading.Lock()
         self._writes = 0
-        """Write transactions since the last checkpoint request."""
+        """Write transactions so far."""
         self._pages = 0
-        """Pages those transactions changed, as estimated by their callers."""
+        """Pages changed since the last checkpoint request, as the writers estimate them."""
         self.directory = os.fspath(path.parent)
         self._settled: tuple[tuple[int, int, int, int], FileIds] | None = None
         """The directory's (device, inode, mtime, ctime) at a check and the files then."""
@@ -531,8 +531,8 @@ class Database:
         self._writes += 1
         if self.checkpointer.finish_wanted:
             self.checkpointer.finish(conn)
-        elif self._writes >= CHECKPOINT_EVERY or self._pages >= CHECKPOINT_PAGES:
-            self._writes = self._pages = 0
+        elif self._writes % CHECKPOINT_EVERY == 0 or self._pages >= CHECKPOINT_PAGES:
+            self._pages = 0
             self.checkpointer.request()
         return result
 
