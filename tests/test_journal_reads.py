@@ -340,6 +340,12 @@ def test_constructor_copies_share_nothing_mutable_with_the_original():
     assert copy.thread_id == "t" and original.thread_id == ""
     assert copy.metadata == {"k": "v"} and copy.__dict__ is not original.__dict__
     assert "thread_id" in copy.model_fields_set and "thread_id" not in original.model_fields_set
+    single = build.with_field(original, "thread_id", "t")
+    assert single == copy and single.__dict__ is not original.__dict__
+    assert single.model_fields_set == copy.model_fields_set
+    again = build.with_field(copy, "thread_id", "u")
+    assert again.thread_id == "u" and copy.thread_id == "t"
+    assert again.model_fields_set is copy.model_fields_set  # already set: shared
 
 
 def test_constructor_shares_field_sets_that_copies_never_change():

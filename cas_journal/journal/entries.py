@@ -115,7 +115,7 @@ class EntryReader:
     def _seen_from(self, entry: Entry, thread_id: str) -> Entry:
         if entry.thread_id == thread_id:
             return entry
-        return _ENTRY.replaced(entry, {"thread_id": thread_id})
+        return _ENTRY.with_field(entry, "thread_id", thread_id)
 
     def entry(self, thread_id: str, oid: str) -> Entry:
         """The Entry ``oid`` as seen from ``thread_id`` (no membership check)."""
@@ -181,8 +181,7 @@ class EntryReader:
         texts: dict[str, str] = {}
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             texts[oid] = _payload_text(oid, kind, body)
-        build, put, replaced = self.build, self._entries.put, _ENTRY.replaced
-        seen_from = {"thread_id": thread_id}
+        build, put, with_field = self.build, self._entries.put, _ENTRY.with_field
         out: list[Entry] = []
         for oid, entry in zip(oids, found, strict=True):
             if entry is None:
@@ -190,7 +189,7 @@ class EntryReader:
                 text = texts.get(node.payload) or self.raw_payload(node.payload)
                 entry = put(oid, build(oid, node, text, thread_id))
             elif entry.thread_id != thread_id:
-                entry = replaced(entry, seen_from)
+                entry = with_field(entry, "thread_id", thread_id)
             out.append(entry)
         return out
 

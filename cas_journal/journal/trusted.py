@@ -249,6 +249,23 @@ class Constructor(Generic[M]):
         _set(copy, "__pydantic_private__", None)
         return copy
 
+    def with_field(self, model: M, name: str, value: Any) -> M:
+        """``replaced(model, {name: value})`` for one field (an entry as seen from
+        another thread: one per shared entry of every fork's path, so kept short)."""
+        if not self._direct:
+            return model.model_copy(update={name: value})
+        fields = model.__dict__.copy()
+        fields[name] = value
+        copy = self.model.__new__(self.model)
+        fields_set = model.__pydantic_fields_set__
+        if name not in fields_set:
+            fields_set = fields_set | {name}
+        _set(copy, "__dict__", fields)
+        _set(copy, "__pydantic_fields_set__", fields_set)
+        _set(copy, "__pydantic_extra__", None)
+        _set(copy, "__pydantic_private__", None)
+        return copy
+
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
         the caller built itself: oids, an aware UTC time)."""
