@@ -313,11 +313,8 @@ class _ImagePickler(pickle.Pickler):
 class _ImageUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, strings: list[str]) -> None:
         super().__init__(io.BytesIO(data))
-        self.strings = strings
-
-    def persistent_load(self, pid: Any) -> str:
-        string: str = self.strings[pid]
-        return string
+        # the list's own __getitem__: a shared string per persistent id, no Python frame
+        self.persistent_load = strings.__getitem__  # type: ignore[method-assign]
 
 
 class MessagesImage:
