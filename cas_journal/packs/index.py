@@ -44,7 +44,7 @@ import itertools
 import mmap
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import blake3
 
@@ -79,8 +79,7 @@ Buffer = bytes | mmap.mmap
 """What an index is decoded from: bytes, or an mmap of the index file."""
 
 
-@dataclass(frozen=True, slots=True)
-class BlockEntry:
+class BlockEntry(NamedTuple):
     """Where one block lives in the pack data, and what it decompresses to."""
 
     offset: int
@@ -101,8 +100,7 @@ class BlockEntry:
         return self.offset + self.compressed_length
 
 
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
+class IndexEntry(NamedTuple):
     """One object of a pack: its raw oid, its place, and its write time."""
 
     oid: bytes

@@ -26,8 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import zstandard
 
@@ -107,8 +106,7 @@ class BlockCache:
                 self._size -= len(old)
 
 
-@dataclass(frozen=True, slots=True)
-class BlockRead:
+class BlockRead(NamedTuple):
     """One block as ``PackReader.iter_blocks`` read it: its frame and content, or the
     error that made it unreadable."""
 
@@ -121,8 +119,7 @@ class BlockRead:
     error: CorruptObject | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class WalkedObject:
+class WalkedObject(NamedTuple):
     """One object met by ``PackReader.walk``: its canonical form, or why it is unreadable."""
 
     oid: str

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import zstandard
 
@@ -50,8 +49,7 @@ class PackSink(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class PackedObject:
+class PackedObject(NamedTuple):
     """An object ready to be packed: its oid, canonical form (header + body) and age."""
 
     oid: str
@@ -60,15 +58,22 @@ class PackedObject:
     """Unix seconds when the object was last written (0: now)."""
 
 
-@dataclass(frozen=True, slots=True)
 class WrittenPack:
-    """A complete pack: its name, its index bytes, and what the data holds."""
+    """A complete pack: its name, its index bytes, and what the data holds.
 
-    name: str
-    index: bytes
-    data_size: int
-    count: int
-    """Objects indexed (the dictionary included)."""
+    A plain slotted class (its ``index`` and ``count`` would shadow a tuple's methods)."""
+
+    __slots__ = ("count", "data_size", "index", "name")
+
+    def __init__(self, name: str, index: bytes, data_size: int, count: int) -> None:
+        self.name = name
+        self.index = index
+        self.data_size = data_size
+        self.count = count
+        """Objects indexed (the dictionary included)."""
+
+    def __repr__(self) -> str:
+        return f"WrittenPack(name={self.name!r}, data_size={self.data_size}, count={self.count})"
 
 
 def dictionary_content(dictionary: PackedObject) -> bytes:
