@@ -167,8 +167,14 @@ def machine_info(bench_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "packages": {
             name: _version(name)
             for name in (
-                "cas-journal", "blake3", "zstandard", "dulwich", "langgraph",
-                "langgraph-checkpoint-sqlite", "matplotlib", "psutil",
+                "cas-journal",
+                "blake3",
+                "zstandard",
+                "dulwich",
+                "langgraph",
+                "langgraph-checkpoint-sqlite",
+                "matplotlib",
+                "psutil",
             )
         },
         "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -188,7 +188,8 @@ def run(scale: str, work: Path, shm: Path | None) -> dict[str, Any]:
         few = bodies[: max(20, int(count * DURABLE_SHARE[scale]))]
         few_frames = frames[: len(few)]
         row: dict[str, Any] = {
-            "count": count, "durable_count": len(few),
+            "count": count,
+            "durable_count": len(few),
             "frame_ratio": sum(map(len, bodies)) / sum(map(len, frames)),
             "hash_zstd": raw_hash_compress(bodies),
             "unzstd_verify": raw_decompress_verify(frames),

@@ -9,11 +9,16 @@ if TYPE_CHECKING:
     from .report import Runs
 
 STYLE = {
-    "cas": ("tab:red", "-", "o"), "cas-nd": ("tab:red", "--", "o"),
-    "jsonl": ("tab:blue", "-", "s"), "jsonl-fsync": ("tab:blue", "--", "s"),
-    "seedfs": ("tab:green", "-", "^"), "sqlite": ("tab:purple", "-", "D"),
-    "sqlite-nd": ("tab:purple", "--", "D"), "git": ("tab:orange", "-", "v"),
-    "langgraph": ("tab:brown", "-", "x"), "langgraph-delta": ("tab:brown", "--", "+"),
+    "cas": ("tab:red", "-", "o"),
+    "cas-nd": ("tab:red", "--", "o"),
+    "jsonl": ("tab:blue", "-", "s"),
+    "jsonl-fsync": ("tab:blue", "--", "s"),
+    "seedfs": ("tab:green", "-", "^"),
+    "sqlite": ("tab:purple", "-", "D"),
+    "sqlite-nd": ("tab:purple", "--", "D"),
+    "git": ("tab:orange", "-", "v"),
+    "langgraph": ("tab:brown", "-", "x"),
+    "langgraph-delta": ("tab:brown", "--", "+"),
 }
 
 
@@ -60,13 +65,23 @@ def make_all(results: dict[str, Any], runs: Runs, out: Path) -> list[Path]:
             xs = sorted(int(k) for k in m["snapshots"])
             ax.plot(xs, [max(m["snapshots"][str(x)]["bytes"], 1) for x in xs], **_style(s))
             if "compacted" in m:
-                ax.scatter([xs[-1] * 1.04], [max(m["compacted"]["bytes"], 1)],
-                           color=_style(s)["color"], marker="*", s=70)
+                ax.scatter(
+                    [xs[-1] * 1.04],
+                    [max(m["compacted"]["bytes"], 1)],
+                    color=_style(s)["color"],
+                    marker="*",
+                    s=70,
+                )
             logical = logical or m.get("logical_at")
         if logical:
             xs = sorted(int(k) for k in logical)
-            ax.plot(xs, [logical[str(x)] for x in xs], color="black", linestyle=":",
-                    label="logical payload bytes")
+            ax.plot(
+                xs,
+                [logical[str(x)] for x in xs],
+                color="black",
+                linestyle=":",
+                label="logical payload bytes",
+            )
         ax.set_yscale("log")
         ax.set_xlabel("forks")
         ax.set_ylabel("stored bytes (log); * = after the system's own compaction")
@@ -106,8 +121,9 @@ def make_all(results: dict[str, Any], runs: Runs, out: Path) -> list[Path]:
             assert m is not None
             hist = sorted(int(h) for h in m.get("fork_by_history", {}))
             if hist:
-                ax.plot(hist, [m["fork_by_history"][str(h)]["median"] * 1e3 for h in hist],
-                        **_style(s))
+                ax.plot(
+                    hist, [m["fork_by_history"][str(h)]["median"] * 1e3 for h in hist], **_style(s)
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("history length (entries before the fork point)")

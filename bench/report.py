@@ -9,8 +9,19 @@ from typing import Any
 from . import plots
 from .systems import CAS_FOR
 
-ORDER = ("cas", "cas-nd", "jsonl", "jsonl-fsync", "seedfs", "sqlite", "sqlite-nd", "git",
-         "langgraph", "langgraph-delta", "baseline")
+ORDER = (
+    "cas",
+    "cas-nd",
+    "jsonl",
+    "jsonl-fsync",
+    "seedfs",
+    "sqlite",
+    "sqlite-nd",
+    "git",
+    "langgraph",
+    "langgraph-delta",
+    "baseline",
+)
 KEEPS_HISTORY = {"seedfs": "no (overwrites one file)"}
 
 
@@ -93,9 +104,14 @@ class Runs:
 Cell = Callable[[dict[str, Any]], float | None]
 
 
-def table(runs: Runs, workload: str, columns: list[tuple[str, Cell, Callable[[Any], str]]],
-          extra: Callable[[str, dict[str, Any]], list[str]] | None = None,
-          extra_heads: list[str] | None = None, durable_text: str | None = None) -> list[str]:
+def table(
+    runs: Runs,
+    workload: str,
+    columns: list[tuple[str, Cell, Callable[[Any], str]]],
+    extra: Callable[[str, dict[str, Any]], list[str]] | None = None,
+    extra_heads: list[str] | None = None,
+    durable_text: str | None = None,
+) -> list[str]:
     """Rows = systems; each numeric cell shows the value and (\u00d7cas\u00f7peer)."""
     heads = ["system", "durable", *[c[0] for c in columns], *(extra_heads or [])]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -126,7 +142,8 @@ def machine_section(results: dict[str, Any]) -> list[str]:
     return [
         "## Machine",
         "",
-        "| | |", "|---|---|",
+        "| | |",
+        "|---|---|",
         f"| CPU | {m.get('cpu')} ({m.get('cores')} cores), {m.get('memory_gib')} GiB RAM |",
         f"| Python | {m.get('python')} on {m.get('platform')} |",
         f"| bench directory file system | {m.get('bench_fs')} |",
@@ -156,13 +173,16 @@ def write_report(results: dict[str, Any], out: Path, name: str = "RESULTS.md") -
         "where there were repeats. **(\u00d7r)** after a peer's figure is r = cas-journal's figure "
         "\u00f7 the peer's, against the cas-journal run with the same durability (`cas` = "
         "durable, `cas-nd` = not): for bytes and latencies r < 1 means cas-journal is "
-        "smaller/faster, for throughputs r > 1 means cas-journal is faster. \"Cold\" means a "
-        "new process opening the store (the OS page cache is not dropped); \"warm\" means "
+        'smaller/faster, for throughputs r > 1 means cas-journal is faster. "Cold" means a '
+        'new process opening the store (the OS page cache is not dropped); "warm" means '
         "repeated calls on an open store. This VM's disk metadata operations are slow and "
         "noisy (see the raw limits), and other work may have shared the 2 cores.",
         "",
-        *([f"Runs re-run and merged in after the main run: {'; '.join(results['reruns'])}.",
-           ""] if results.get("reruns") else []),
+        *(
+            [f"Runs re-run and merged in after the main run: {'; '.join(results['reruns'])}.", ""]
+            if results.get("reruns")
+            else []
+        ),
         *machine_section(results),
         *sections(results, runs),
     ]

@@ -21,10 +21,28 @@ from .measure import machine_info
 WORKLOAD_ORDER = ("forks", "deep", "checkpoints", "many")
 WORKLOAD_SYSTEMS: dict[str, tuple[str, ...]] = {
     "forks": ("baseline", "cas", "cas-nd", "jsonl", "seedfs", "sqlite", "git"),
-    "deep": ("baseline", "cas", "cas-nd", "jsonl", "jsonl-fsync", "seedfs", "sqlite",
-             "sqlite-nd", "git"),
-    "checkpoints": ("baseline", "cas", "cas-nd", "jsonl", "seedfs", "sqlite", "git",
-                    "langgraph", "langgraph-delta"),
+    "deep": (
+        "baseline",
+        "cas",
+        "cas-nd",
+        "jsonl",
+        "jsonl-fsync",
+        "seedfs",
+        "sqlite",
+        "sqlite-nd",
+        "git",
+    ),
+    "checkpoints": (
+        "baseline",
+        "cas",
+        "cas-nd",
+        "jsonl",
+        "seedfs",
+        "sqlite",
+        "git",
+        "langgraph",
+        "langgraph-delta",
+    ),
     "many": ("baseline", "cas-nd", "jsonl", "seedfs", "sqlite-nd", "git"),
 }
 """Which systems run each workload. Durability only matters where time is measured per
@@ -45,20 +63,41 @@ def run_worker(system: str, workload: str, scale: str, data_dir: Path) -> dict[s
     for path in (root, root.parent / (root.name + "-batch")):
         shutil.rmtree(path, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "bench.worker", "run", "--system", system, "--workload",
-           workload, "--scale", scale, "--root", str(root), "--result", str(result_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.worker",
+        "run",
+        "--system",
+        system,
+        "--workload",
+        workload,
+        "--scale",
+        scale,
+        "--root",
+        str(root),
+        "--result",
+        str(result_file),
+    ]
     start = time.perf_counter()
     try:
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                              timeout=TIMEOUT[scale], check=False)
+        done = subprocess.run(
+            cmd, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT[scale], check=False
+        )
         if result_file.exists():
             result: dict[str, Any] = json.loads(result_file.read_text())
         else:
-            result = {"system": system, "workload": workload,
-                      "error": f"worker exited {done.returncode}: {done.stderr.strip()[-1500:]}"}
+            result = {
+                "system": system,
+                "workload": workload,
+                "error": f"worker exited {done.returncode}: {done.stderr.strip()[-1500:]}",
+            }
     except subprocess.TimeoutExpired:
-        result = {"system": system, "workload": workload,
-                  "error": f"timed out after {TIMEOUT[scale]} s"}
+        result = {
+            "system": system,
+            "workload": workload,
+            "error": f"timed out after {TIMEOUT[scale]} s",
+        }
     result["wall_seconds"] = time.perf_counter() - start
     for path in (root, root.parent / (root.name + "-batch"), result_file):
         if path.is_dir():

@@ -40,16 +40,34 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     "small": Scale(
-        name="small", base_entries=100, forks=40, fork_entries=10,
-        fork_snapshots=(0, 5, 10, 20, 40), deep_entries=400, batch_size=100,
-        fork_history=(100, 200, 400), forks_per_history=3, checkpoint_iterations=40,
-        many_threads=1_000, path_reads=3, cold_runs=1,
+        name="small",
+        base_entries=100,
+        forks=40,
+        fork_entries=10,
+        fork_snapshots=(0, 5, 10, 20, 40),
+        deep_entries=400,
+        batch_size=100,
+        fork_history=(100, 200, 400),
+        forks_per_history=3,
+        checkpoint_iterations=40,
+        many_threads=1_000,
+        path_reads=3,
+        cold_runs=1,
     ),
     "full": Scale(
-        name="full", base_entries=300, forks=200, fork_entries=20,
-        fork_snapshots=(0, 25, 50, 100, 200), deep_entries=10_000, batch_size=100,
-        fork_history=(100, 1_000, 10_000), forks_per_history=5, checkpoint_iterations=250,
-        many_threads=100_000, path_reads=5, cold_runs=3,
+        name="full",
+        base_entries=300,
+        forks=200,
+        fork_entries=20,
+        fork_snapshots=(0, 25, 50, 100, 200),
+        deep_entries=10_000,
+        batch_size=100,
+        fork_history=(100, 1_000, 10_000),
+        forks_per_history=5,
+        checkpoint_iterations=250,
+        many_threads=100_000,
+        path_reads=5,
+        cold_runs=3,
     ),
 }
 
@@ -176,8 +194,12 @@ class ForkPlan:
 
     def fork_entries(self, spec: ForkSpec) -> list[Msg]:
         """The entries a fork appends after it is created (generated on demand)."""
-        conv = Conversation(self.seed * 1000 + spec.index, self.pool, EPOCH + 10_000_000
-                            + spec.index * 10_000, f"f{spec.index}")
+        conv = Conversation(
+            self.seed * 1000 + spec.index,
+            self.pool,
+            EPOCH + 10_000_000 + spec.index * 10_000,
+            f"f{spec.index}",
+        )
         return conv.take(self.scale.fork_entries)
 
 
@@ -237,8 +259,12 @@ def anthropic_message(rng: random.Random, index: int) -> dict[str, Any]:
             "role": "assistant",
             "content": [
                 {"type": "text", "text": tg.prose(rng, size - 200)},
-                {"type": "tool_use", "id": tool_id, "name": "read_file",
-                 "input": {"path": tg.file_path(rng)}},
+                {
+                    "type": "tool_use",
+                    "id": tool_id,
+                    "name": "read_file",
+                    "input": {"path": tg.file_path(rng)},
+                },
             ],
         }
     if index == 0 or rng.randrange(4) == 0:
@@ -246,8 +272,9 @@ def anthropic_message(rng: random.Random, index: int) -> dict[str, Any]:
     body = tg.code_file(rng, size) if rng.randrange(2) else tg.grep_output(rng, size)
     return {
         "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": f"toolu_{index - 1:06d}",
-                     "content": body}],
+        "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{index - 1:06d}", "content": body}
+        ],
     }
 
 

@@ -140,10 +140,17 @@ class GitSystem(System):
             blob = Blob.from_string(json.dumps(message).encode())
             objects.append(blob)
             listing.add(b"%06d.json" % i, FILE_MODE, blob.id)
-        meta = Blob.from_string(json.dumps({
-            "run_id": run_id, "iteration": step.iteration, "system_prompt": system_prompt,
-            "input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
-        }).encode())
+        meta = Blob.from_string(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "iteration": step.iteration,
+                    "system_prompt": system_prompt,
+                    "input_tokens": step.input_tokens,
+                    "output_tokens": step.output_tokens,
+                }
+            ).encode()
+        )
         root = Tree()
         root.add(b"meta.json", FILE_MODE, meta.id)
         root.add(b"messages", DIR_MODE, listing.id)
@@ -173,7 +180,9 @@ class GitSystem(System):
         self.repo.close()
         subprocess.run(
             ["git", "gc", "--aggressive", "--prune=now", "--quiet"],
-            cwd=self.root, check=True, capture_output=True,
+            cwd=self.root,
+            check=True,
+            capture_output=True,
         )
         self.repo = Repo(str(self.root))
         self.store = self.repo.object_store

@@ -59,8 +59,12 @@ class JsonlSystem(System):
             _fsync_dir(path.parent)
 
     def create_thread(self, thread_id: str, created_at: float, title: str = "") -> None:
-        header = {"type": "session", "sessionId": thread_id, "title": title,
-                  "timestamp": iso(created_at)}
+        header = {
+            "type": "session",
+            "sessionId": thread_id,
+            "title": title,
+            "timestamp": iso(created_at),
+        }
         self._write(self._file(thread_id), (json.dumps(header) + "\n").encode(), "xb")
         self.leaf[thread_id] = None
 
@@ -101,8 +105,13 @@ class JsonlSystem(System):
         self, source: str, prefix_ids: list[str], thread_id: str, created_at: float
     ) -> list[str]:
         target = prefix_ids[-1]
-        header = {"type": "session", "sessionId": thread_id, "title": "",
-                  "timestamp": iso(created_at), "forkedFrom": source}
+        header = {
+            "type": "session",
+            "sessionId": thread_id,
+            "title": "",
+            "timestamp": iso(created_at),
+            "forkedFrom": source,
+        }
         chunks = [(json.dumps(header) + "\n").encode()]
         with open(self._file(source), "rb") as f:
             next(f)  # the source's header
@@ -140,9 +149,15 @@ class JsonlSystem(System):
     def save_checkpoint(
         self, run_id: str, step: CheckpointStep, messages: list[dict[str, Any]], system_prompt: str
     ) -> None:
-        record = {"run_id": run_id, "iteration": step.iteration, "messages": messages,
-                  "system_prompt": system_prompt, "input_tokens": step.input_tokens,
-                  "output_tokens": step.output_tokens, "created_at": iso(step.created_at)}
+        record = {
+            "run_id": run_id,
+            "iteration": step.iteration,
+            "messages": messages,
+            "system_prompt": system_prompt,
+            "input_tokens": step.input_tokens,
+            "output_tokens": step.output_tokens,
+            "created_at": iso(step.created_at),
+        }
         self._write(self.runs / f"{run_id}.jsonl", (json.dumps(record) + "\n").encode())
 
     def load_checkpoint(self, run_id: str) -> int:

@@ -76,11 +76,16 @@ class SeedFsSystem(System):
         entry: dict[str, Any] = {"id": self.ids(), "thread_id": thread_id}
         if parent:
             entry["parent_id"] = parent
-        entry.update({
-            "type": entry_type(msg), "turn_id": msg.turn_id, "created_at": iso(msg.created_at),
-            "message": message, "raw": raw,
-            "raw_hash": hashlib.sha256(raw.encode()).hexdigest(),
-        })
+        entry.update(
+            {
+                "type": entry_type(msg),
+                "turn_id": msg.turn_id,
+                "created_at": iso(msg.created_at),
+                "message": message,
+                "raw": raw,
+                "raw_hash": hashlib.sha256(raw.encode()).hexdigest(),
+            }
+        )
         return entry
 
     def append_batch(self, thread_id: str, msgs: Sequence[Msg]) -> list[str]:
@@ -130,11 +135,17 @@ class SeedFsSystem(System):
         with open(self._dir(thread_id) / "entries.jsonl", "w", encoding="utf-8") as f:
             f.write("".join(lines))
         stamp = iso(created_at)
-        self._save_meta({
-            "id": thread_id, "leaf_id": new_ids[-1], "parent_thread_id": source,
-            "forked_from_thread_id": source, "forked_from_entry_id": prefix_ids[-1],
-            "created_at": stamp, "updated_at": stamp,
-        })
+        self._save_meta(
+            {
+                "id": thread_id,
+                "leaf_id": new_ids[-1],
+                "parent_thread_id": source,
+                "forked_from_thread_id": source,
+                "forked_from_entry_id": prefix_ids[-1],
+                "created_at": stamp,
+                "updated_at": stamp,
+            }
+        )
         return new_ids
 
     def read_path(self, thread_id: str) -> int:
@@ -154,10 +165,16 @@ class SeedFsSystem(System):
     def save_checkpoint(
         self, run_id: str, step: CheckpointStep, messages: list[dict[str, Any]], system_prompt: str
     ) -> None:
-        record = {"run_id": run_id, "task_name": "bench", "iteration": step.iteration,
-                  "messages": messages, "system_prompt": system_prompt,
-                  "input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
-                  "created_at": iso(step.created_at)}
+        record = {
+            "run_id": run_id,
+            "task_name": "bench",
+            "iteration": step.iteration,
+            "messages": messages,
+            "system_prompt": system_prompt,
+            "input_tokens": step.input_tokens,
+            "output_tokens": step.output_tokens,
+            "created_at": iso(step.created_at),
+        }
         self._replace(self.checkpoints / f"{run_id}.json", json.dumps(record).encode())
 
     def load_checkpoint(self, run_id: str) -> int:

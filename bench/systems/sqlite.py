@@ -78,9 +78,22 @@ class SqliteSystem(System):
             rows = []
             for msg in msgs:
                 entry_id = self.ids()
-                rows.append((thread_id, length, entry_id, leaf, entry_type(msg), msg.turn_id,
-                             msg.created_at, msg.role, msg.content, msg.tool_name or None,
-                             msg.tool_call_id or None, msg.tool_args or None))
+                rows.append(
+                    (
+                        thread_id,
+                        length,
+                        entry_id,
+                        leaf,
+                        entry_type(msg),
+                        msg.turn_id,
+                        msg.created_at,
+                        msg.role,
+                        msg.content,
+                        msg.tool_name or None,
+                        msg.tool_call_id or None,
+                        msg.tool_args or None,
+                    )
+                )
                 leaf, length = entry_id, length + 1
                 ids.append(entry_id)
             self.db.executemany(
@@ -141,8 +154,15 @@ class SqliteSystem(System):
     ) -> None:
         self.db.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, step.iteration, step.created_at, step.input_tokens, step.output_tokens,
-             system_prompt, json.dumps(messages)),
+            (
+                run_id,
+                step.iteration,
+                step.created_at,
+                step.input_tokens,
+                step.output_tokens,
+                system_prompt,
+                json.dumps(messages),
+            ),
         )
 
     def load_checkpoint(self, run_id: str) -> int:
