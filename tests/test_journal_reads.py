@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from journal_helpers import at, user
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 import cas_journal as cj
 from cas_journal import maintenance
@@ -420,3 +420,19 @@ def test_checkpoint_loads_stay_exact_after_the_first(tmp_path):
             assert loaded == messages
             assert type(loaded[0]["n"]) is int and type(loaded[1]["y"]) is int
         reopened.close()
+
+
+def test_constructor_copies_of_a_mutable_model_own_their_field_sets():
+    class Note(BaseModel):
+        text: str = ""
+        tag: str = ""
+
+    build = Constructor(Note)
+    original = build({"text": "a", "tag": "x"})
+    copy = build.with_field(original, "text", "b")
+    other = build.replaced(original, {"tag": "y"})
+    assert copy.text == "b" and other.tag == "y" and original.text == "a"
+    # a mutable model may add to its set later: a copy must not share the original's
+    assert copy.model_fields_set is not original.model_fields_set
+    assert other.model_fields_set is not original.model_fields_set
+    assert copy.model_fields_set == original.model_fields_set == {"text", "tag"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..backends import NewObject
 from ..objects import (
@@ -28,6 +28,7 @@ from ..objects import (
 from .graph import EntryGraph
 from .models import Entry
 from .payload import payload_bytes
+from .trusted import Constructor
 
 NodeLookup = Callable[[str], EntryNode]
 """Reads the node of a stored (or pending) entry by oid."""
@@ -96,17 +97,9 @@ def build_entry(
     return BuiltEntry(object_id(Kind.ENTRY, body), node, body, payload)
 
 
-def _copy_entry(entry: Entry, changes: dict[str, Any]) -> Entry:
-    """``entry`` with some fields replaced, without validation (the values are the
-    journal's own: oids, canonical text, an aware UTC time) and without copying the rest."""
-    fields = dict(entry.__dict__)
-    fields.update(changes)
-    copied = Entry.__new__(Entry)
-    object.__setattr__(copied, "__dict__", fields)
-    object.__setattr__(copied, "__pydantic_fields_set__", entry.model_fields_set | changes.keys())
-    object.__setattr__(copied, "__pydantic_extra__", None)
-    object.__setattr__(copied, "__pydantic_private__", None)
-    return copied
+_ENTRY = Constructor(Entry)
+"""Copies entries with some fields replaced, without validation (the values are the
+journal's own: oids, canonical text, an aware UTC time) and without copying the rest."""
 
 
 class EntryBuilder:
@@ -148,7 +141,7 @@ class EntryBuilder:
     @staticmethod
     def stored(prepared: PreparedEntry, built: BuiltEntry, thread_id: str) -> Entry:
         """The public Entry as stored: id, thread, parent, time, raw payload and its oid."""
-        return _copy_entry(
+        return _ENTRY.replaced(
             prepared.entry,
             {
                 "id": built.oid,

@@ -239,15 +239,10 @@ class Constructor(Generic[M]):
             return model.model_copy(update=trusted)
         fields = model.__dict__.copy()
         fields.update(trusted)
-        copy = self.model.__new__(self.model)
         fields_set = model.__pydantic_fields_set__
         if not fields_set.issuperset(trusted):
-            fields_set = fields_set | set(trusted)
-        _set(copy, "__dict__", fields)
-        _set(copy, "__pydantic_fields_set__", fields_set)
-        _set(copy, "__pydantic_extra__", None)
-        _set(copy, "__pydantic_private__", None)
-        return copy
+            fields_set = fields_set | trusted.keys()
+        return self._copy(fields, fields_set)
 
     def with_field(self, model: M, name: str, value: Any) -> M:
         """``replaced(model, {name: value})`` for one field (an entry as seen from
@@ -256,12 +251,22 @@ class Constructor(Generic[M]):
             return model.model_copy(update={name: value})
         fields = model.__dict__.copy()
         fields[name] = value
-        copy = self.model.__new__(self.model)
         fields_set = model.__pydantic_fields_set__
         if name not in fields_set:
             fields_set = fields_set | {name}
+        return self._copy(fields, fields_set)
+
+    def _copy(self, fields: dict[str, Any], fields_set: set[str]) -> M:
+        """A new instance holding ``fields``. Its set of fields set is ``fields_set``
+        itself only for a frozen model, which never changes it (see ``_fields_set``);
+        any other gets its own."""
+        copy = self.model.__new__(self.model)
         _set(copy, "__dict__", fields)
-        _set(copy, "__pydantic_fields_set__", fields_set)
+        _set(
+            copy,
+            "__pydantic_fields_set__",
+            fields_set if self._field_sets is not None else set(fields_set),
+        )
         _set(copy, "__pydantic_extra__", None)
         _set(copy, "__pydantic_private__", None)
         return copy

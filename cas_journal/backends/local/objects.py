@@ -166,10 +166,12 @@ class LocalObjectStore(ObjectStore):
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
         self._window: dict[str, bytes] = {}
-        self._last_row: int | None = None
-        self._rows_close = False
         """Frames of the rows read with the last row window (``get_with_neighbours``),
         by oid, each decoded and verified only when asked for."""
+        self._last_row: int | None = None
+        self._rows_close = False
+        """Whether the last two rows asked for lay close together (the next read is
+        then a window)."""
         self._lock = threading.Lock()
         self.refresh_packs()
 
