@@ -67,7 +67,7 @@ SCALES: dict[str, Scale] = {
         checkpoint_iterations=250,
         many_threads=100_000,
         path_reads=5,
-        cold_runs=3,
+        cold_runs=7,
     ),
 }
 
