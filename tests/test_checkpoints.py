@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from journal_helpers import ReadCounter, at, stored
 
 import cas_journal as cj
-from cas_journal.objects import Kind
+from cas_journal.objects import Kind, MessageNode, canonical_json
 
 
 @pytest.fixture(params=["memory", "local", "s3"])
@@ -433,3 +433,74 @@ def test_a_new_process_reads_a_run_stored_as_rows_in_few_queries(tmp_path):
         assert j.checkpoints.load("r").messages == messages
         object_reads = [s for s in statements if "FROM objects" in s]
         assert len(object_reads) <= 30, object_reads  # 600 messages: not one query each
+
+
+def _rows_run(root, count: int = 40) -> list[dict]:
+    """A run saved one message per iteration into a local store (rows, not packed)."""
+    messages: list[dict] = []
+    with cj.Journal.open(root, durable=False) as j:
+        for i in range(count):
+            messages = [*messages, {"role": "user", "content": f"message {i} " + "x" * 40}]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    return messages
+
+
+def test_a_new_process_picks_messages_up_from_the_row_windows(tmp_path):
+    messages = _rows_run(tmp_path / "s")
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        statements: list[str] = []
+        j.store.objects.db.connection().set_trace_callback(statements.append)
+        assert j.checkpoints.load("r").messages == messages
+        object_reads = [s for s in statements if "FROM objects" in s]
+        # each message was written just before its node: the windows read for the nodes
+        # hold them, so only the messages of the nodes read before the first window (two
+        # single-row reads) are left for a batch query
+        batched = [s for s in object_reads if " IN (" in s]
+        assert sum(s.count("x'") for s in batched) <= 2, object_reads
+
+
+@pytest.mark.parametrize("victim", ["first", "middle", "last"])
+def test_a_damaged_message_row_is_a_clear_error_naming_it(tmp_path, victim):
+    from store_helpers import corrupt_row
+
+    messages = _rows_run(tmp_path / "s")
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        blobs = {
+            oid: body
+            for oid in j.store.objects.iter_oids()
+            for kind, body in [j.store.objects.get(oid)]
+            if kind is Kind.BLOB
+        }
+    index = {"first": 0, "middle": len(messages) // 2, "last": len(messages) - 1}[victim]
+    wanted = canonical_json(messages[index])
+    oid = next(oid for oid, body in blobs.items() if body == wanted)
+    corrupt_row(tmp_path / "s", oid)
+    with (
+        cj.Journal.open(tmp_path / "s", durable=False) as j,
+        pytest.raises(cj.CorruptObject) as raised,
+    ):
+        j.checkpoints.load("r")
+    assert oid in str(raised.value)
+
+
+def test_local_get_if_read_answers_only_from_the_last_window(tmp_path):
+    _rows_run(tmp_path / "s")
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        store = j.store.objects
+        nodes = [oid for oid in store.iter_oids() if store.get(oid)[0] is Kind.MESSAGE]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        store = j.store.objects
+        assert all(store.get_if_read(oid) is None for oid in nodes)  # nothing read yet
+        chain = [j.checkpoints.node(_head(j)).messages]
+        for _ in range(3):  # two reads close together: the third comes with a window
+            (_, _, body), *_ = store.get_with_neighbours(chain[-1])
+            chain.append(MessageNode.parse(body).parent)
+        message = MessageNode.parse(store.get(chain[2])[1]).message
+        assert store.get_if_read(message) == store.get(message)
+        assert store.get_if_read(message) is None  # handed out once
+
+
+def _head(j: cj.Journal) -> str:
+    head = j.store.refs.read_ref("checkpoints/r")
+    assert head is not None
+    return head

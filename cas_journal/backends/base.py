@@ -149,6 +149,13 @@ class ObjectStore(abc.ABC):
         kind, body = self.get(oid)
         return [(oid, kind, body)]
 
+    def get_if_read(self, oid: str) -> tuple[Kind, bytes] | None:
+        """``(kind, body)`` of ``oid`` if an earlier read already brought its stored bytes
+        into memory (the local store's row window), verified like ``get``; else None. It
+        never reads storage: a chain reader picks up what a neighbouring read fetched
+        before asking for the rest in one batch. The default has nothing in memory."""
+        return None
+
     @abc.abstractmethod
     def has(self, oid: str) -> bool:
         """True if the object is stored here."""

@@ -56,6 +56,15 @@ class NearbyObjects:
             result = self.objects.get(oid)
         return result
 
+    def get_if_read(self, oid: str) -> tuple[Kind, bytes] | None:
+        """``(kind, body)`` of ``oid`` if a read so far brought it at no cost (a kept
+        neighbour, or what the store itself keeps: ``ObjectStore.get_if_read``), verified;
+        else None, without reading storage."""
+        found = self._take(oid)
+        if found is None:
+            found = self.objects.get_if_read(oid)
+        return found
+
     def _take(self, oid: str) -> tuple[Kind, bytes] | None:
         # one atomic pop, no lock (this runs once per object of a walk); the byte count
         # only bounds memory, and it restarts from zero whenever nothing is kept

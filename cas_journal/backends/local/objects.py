@@ -754,6 +754,17 @@ class LocalObjectStore(ObjectStore):
         kind, body = self.get(oid)
         return [(oid, kind, body)]
 
+    def get_if_read(self, oid: str) -> tuple[Kind, bytes] | None:
+        """The object if the last row window read its frame (taken from the window,
+        decoded and verified), else None (a damaged frame too: ``get`` then decides)."""
+        frame = self._window.pop(oid, None)
+        if frame is None:
+            return None
+        try:
+            return self.codec.decode(oid, frame)
+        except CorruptObject:
+            return None
+
     def _read_row_nearby(self, oid: str) -> bytes | None:
         """The frame of ``oid``'s row (None if there is none or it is too long: ``get``
         then says why). When the rows asked for lately lie close together, it is read in
