@@ -41,6 +41,8 @@ class NearbyObjects:
             return found
         result: tuple[Kind, bytes] | None = None
         neighbours = self.objects.get_with_neighbours(oid)
+        if len(neighbours) == 1 and neighbours[0][0] == oid:  # alone (a row): nothing to keep
+            return neighbours[0][1], neighbours[0][2]
         with self._lock:
             pending = self._pending
             for other, kind, body in neighbours:
