@@ -32,6 +32,9 @@ class BoundedCache(Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         """Cache and return ``value``."""
         data = self._data
+        if self.weigh is None and len(data) < self.limit:
+            data[key] = value  # the common case, kept short: a cold path read puts 10,000s
+            return value
         weight = self.weigh(value) if self.weigh is not None else 0
         while data and (
             len(data) >= self.limit or (self.weigh and self.weight + weight > self.max_weight)

@@ -12,19 +12,32 @@ its entries, so the entries kept alive by both caches together stay under
 in each: the bound is conservative). Entries are built from the stored,
 hash-verified payload without a second pydantic validation (see ``trusted``); a payload
 that does not fit the Entry model is a CorruptObject naming it.
+
+A path read that builds or copies many entries pauses Python's cyclic garbage collector
+while it does (``collector_paused``): the tens of thousands of objects it allocates
+(none of them in reference cycles) would otherwise trigger a collection every 700
+allocations, each walking the young objects, and a full one over every object of the
+process. The collector runs again as soon as the read is done (unless it was disabled
+before: then it stays so), and the objects allocated meanwhile are examined by its
+next pass, once.
 """
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 from ..errors import CorruptObject
-from ..objects import EntryNode, Kind, parse_time
+from ..objects import EntryNode, Kind
+from ..objects.canonical import parse_json
 from .cache import BoundedCache
 from .graph import EntryGraph
 from .models import Entry
-from .payload import parse_payload
+from .payload import PAYLOAD_FIELDS
 from .trusted import Constructor
 
 PATH_CACHE_SIZE = 256
@@ -40,6 +53,34 @@ PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 """Payload text (tool outputs can be large) kept for reuse, at most."""
 
 _ENTRY = Constructor(Entry)
+_PAYLOAD_FIELD_SET = frozenset(PAYLOAD_FIELDS)
+_from_iso = datetime.fromisoformat
+"""A node's ``created_at`` was checked canonical when the node was parsed (or written):
+it only needs turning into the aware UTC datetime it names."""
+
+_pause_lock = threading.Lock()
+_pauses = 0
+_resume = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the block runs (see the module
+    docstring). Nested and concurrent pauses share one: the collector resumes when the
+    last of them ends, and only if it was enabled when the first began."""
+    global _pauses, _resume
+    with _pause_lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
 
 
 def entry_weight(entry: Entry) -> int:
@@ -95,7 +136,21 @@ class EntryReader:
 
     def build(self, oid: str, node: EntryNode, raw: str, thread_id: str) -> Entry:
         """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``."""
-        fields = parse_payload(node.payload, raw)
+        try:
+            fields = parse_json(raw)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise CorruptObject(
+                f"entry payload is malformed: {exc}".splitlines()[0], node.payload
+            ) from exc
+        if type(fields) is not dict or "type" not in fields:
+            raise CorruptObject(
+                "entry payload is malformed: payload is not an object with a type", node.payload
+            )
+        if not _PAYLOAD_FIELD_SET.issuperset(fields):
+            unknown = sorted(fields.keys() - _PAYLOAD_FIELD_SET)
+            raise CorruptObject(
+                f"entry payload is malformed: payload has unknown fields {unknown}", node.payload
+            )
         try:
             return _ENTRY.with_fields(
                 fields,
@@ -104,7 +159,7 @@ class EntryReader:
                     "thread_id": thread_id,
                     "parent_id": node.parent or "",
                     "turn_id": node.turn_id,
-                    "created_at": parse_time(node.created_at),
+                    "created_at": _from_iso(node.created_at),
                     "raw": raw,
                     "raw_hash": node.payload,
                 },
@@ -135,10 +190,16 @@ class EntryReader:
         """Entries from the root to ``leaf`` as seen from ``thread_id``."""
         if not leaf:
             return []
-        paths_get, entries_get, node = self._paths.get, self._entries.get, self.graph.node
-        cached = paths_get((thread_id, leaf))
+        cached = self._paths.get((thread_id, leaf))
         if cached is not None:
             return list(cached.entries)
+        with collector_paused():
+            return self._read_path(thread_id, leaf)
+
+    def _read_path(self, thread_id: str, leaf: str) -> list[Entry]:
+        """``path`` for a leaf whose path is not cached: the walk up to the nearest cached
+        path of the thread (or the root), then the entries below it."""
+        paths_get, entries_get, node = self._paths.get, self._entries.get, self.graph.node
         oids: list[str] = []
         found: list[Entry | None] = []
         nodes: dict[str, EntryNode] = {}

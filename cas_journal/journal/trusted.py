@@ -273,7 +273,29 @@ class Constructor(Generic[M]):
 
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
-        the caller built itself: oids, an aware UTC time)."""
-        fields = self._fields(data)
+        the caller built itself: oids, an aware UTC time). Written out (``_fields`` and
+        ``_build`` inline): it runs once per entry of every path read from the store."""
+        if not self._direct or type(data) is not dict:
+            fields = self._fields(data)
+            fields.update(trusted)
+            return self._build(fields, self._fields_set((*data, *trusted)))
+        plans = self.plans if self.plans is not None else self._plans()
+        exact = self._exact.get
+        fields = self._defaults.copy()
+        fields.update(data)
+        for name, value in data.items():
+            if exact(name) is not type(value):
+                plan = plans.get(name)
+                if plan is None:
+                    raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+                fields[name] = plan(value)
+        for name, factory in self._factories.items():
+            if name not in data:
+                fields[name] = factory()  # type: ignore[call-arg]
         fields.update(trusted)
-        return self._build(fields, self._fields_set((*data, *trusted)))
+        model = self.model.__new__(self.model)
+        _set(model, "__dict__", fields)
+        _set(model, "__pydantic_fields_set__", self._fields_set((*data, *trusted)))
+        _set(model, "__pydantic_extra__", None)
+        _set(model, "__pydantic_private__", None)
+        return model

@@ -95,6 +95,26 @@ def parse_canonical(oid: str, data: bytes) -> tuple[Kind, bytes]:
     return kind, body
 
 
+_CANONICAL_HEADER = re.compile(
+    b"("
+    + b"|".join(re.escape(tag) for tag in KINDS_BY_TAG)
+    + b") (0|[1-9][0-9]{0,%d})\0" % MAX_HEADER_LENGTH
+)
+"""A well-formed header of a known kind (what ``split_canonical_forms`` reads with one
+match per object; anything else goes through the checks that name what is wrong)."""
+
+
+def _header_error(data: bytes, position: int) -> CorruptObject:
+    """Why the header at ``position`` is not one ``_CANONICAL_HEADER`` matches."""
+    nul = data.find(b"\0", position, position + MAX_HEADER_LENGTH)
+    if nul < 0:
+        return CorruptObject("object header is missing or too long")
+    tag, space, _ = data[position:nul].partition(b" ")
+    if KINDS_BY_TAG.get(tag) is None or not space:
+        return CorruptObject(f"unknown object kind {tag[:16]!r}")
+    return CorruptObject("object header has a malformed length")
+
+
 def split_canonical_forms(data: bytes) -> list[tuple[str, Kind, bytes]]:
     """Split canonical forms stored back to back (a pack block's content) into
     ``(oid, kind, body)``, each object named by the hash of its own canonical form.
@@ -104,22 +124,26 @@ def split_canonical_forms(data: bytes) -> list[tuple[str, Kind, bytes]]:
     that runs past the end raises CorruptObject (no oid to name: the data has none).
     """
     out: list[tuple[str, Kind, bytes]] = []
+    append, match, kinds = out.append, _CANONICAL_HEADER.match, KINDS_BY_TAG
+    hasher = blake3.blake3()  # one hasher, reset per object: cheaper than a new one each
+    reset, update, hexdigest = hasher.reset, hasher.update, hasher.hexdigest
     view = memoryview(data)
     position, size = 0, len(data)
     while position < size:
-        nul = data.find(b"\0", position, position + MAX_HEADER_LENGTH)
-        if nul < 0:
+        # one match per object (this runs for every object of every block read)
+        header = match(data, position)
+        if header is None:
+            raise _header_error(data, position)
+        start = header.end()
+        if start - position > MAX_HEADER_LENGTH:
             raise CorruptObject("object header is missing or too long")
-        tag, space, length_text = data[position:nul].partition(b" ")
-        kind = KINDS_BY_TAG.get(tag)
-        if kind is None or not space:
-            raise CorruptObject(f"unknown object kind {tag[:16]!r}")
-        if not length_text.isdigit() or (length_text[:1] == b"0" and length_text != b"0"):
-            raise CorruptObject("object header has a malformed length")
-        end = nul + 1 + int(length_text)
+        tag, length_text = header.groups()
+        end = start + int(length_text)
         if end > size:
             raise CorruptObject("object length runs past the end of its data")
-        out.append((blake3.blake3(view[position:end]).hexdigest(), kind, data[nul + 1 : end]))
+        reset()
+        update(view[position:end])
+        append((hexdigest(), kinds[tag], data[start:end]))
         position = end
     return out
 

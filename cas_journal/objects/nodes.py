@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from ..errors import CorruptObject, InvalidInputError
@@ -179,19 +180,24 @@ them)."""
 
 _EntryFields = tuple[str, int, str | None, str, str | None, str]
 """``(created_at, depth, parent, payload, skip, turn_id)`` of an entry body."""
+_from_iso = datetime.fromisoformat
 
 
 def _canonical_entry_fields(body: bytes) -> _EntryFields | None:
-    """``(created_at, depth, parent, payload, skip, turn_id)`` of a canonical entry body,
-    or None if the body is not in that form (the caller then parses it as JSON)."""
+    """``(created_at, depth, parent, payload, skip, turn_id)`` of a canonical entry body
+    whose time is a real instant, or None if the body is not in that form (the caller
+    then parses it as JSON, which refuses it with the reason)."""
     try:
-        text = body.decode("utf-8")
+        match = _CANONICAL_ENTRY.fullmatch(body.decode("utf-8"))
     except UnicodeDecodeError:
         return None  # the JSON parser refuses it with its own message
-    match = _CANONICAL_ENTRY.fullmatch(text)
     if match is None:
         return None
     created_at, depth, parent, payload, skip, turn_id = match.groups()
+    try:  # the pattern fixed the shape; the date itself must exist (no February 30)
+        _from_iso(created_at)
+    except ValueError:
+        return None
     return created_at, int(depth) if depth else 0, parent, payload, skip, turn_id or ""
 
 
@@ -276,9 +282,9 @@ class EntryNode(NamedTuple):
         fields = _canonical_entry_fields(body)  # the form the journal writes: no JSON
         if fields is None:
             fields = _json_entry_fields(body, oid, _ENTRY_FIELDS)
+            if not is_canonical_time(fields[0]):
+                raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
         created_at, depth, parent, payload, skip, turn_id = fields
-        if not is_canonical_time(created_at):
-            raise CorruptObject("entry: field 'created_at' is not a canonical timestamp", oid)
         if depth < 0 or (parent is None) != (depth == 0):
             raise CorruptObject("entry: depth and parent disagree", oid)
         if (skip is not None) != (depth >= 2):
