@@ -29,13 +29,17 @@ class BoundedCache(Generic[K, V]):
         self.get: Callable[[K], V | None] = self._data.get
         """The cached value, or None (the dict's own ``get``: lookups are on hot paths)."""
 
-    def put(self, key: K, value: V) -> V:
-        """Cache and return ``value``."""
+    def put(self, key: K, value: V, weight: int | None = None) -> V:
+        """Cache and return ``value`` (``weight``: what ``weigh`` gives for it, if the
+        caller already knows)."""
         data = self._data
-        if self.weigh is None and len(data) < self.limit:
-            data[key] = value  # the common case, kept short: a cold path read puts 10,000s
-            return value
-        weight = self.weigh(value) if self.weigh is not None else 0
+        if self.weigh is None:
+            if len(data) < self.limit:
+                data[key] = value  # the common case, kept short: a cold path read puts 10,000s
+                return value
+            weight = 0
+        elif weight is None:
+            weight = self.weigh(value)
         while data and (
             len(data) >= self.limit or (self.weigh and self.weight + weight > self.max_weight)
         ):

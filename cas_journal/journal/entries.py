@@ -86,7 +86,11 @@ def collector_paused() -> Iterator[None]:
 def entry_weight(entry: Entry) -> int:
     """Roughly the bytes an Entry holds: its payload text, the parsed copy of it in its
     fields, and the objects around them."""
-    return 2 * len(entry.raw) + 1500
+    return 2 * len(entry.raw) + ENTRY_OVERHEAD
+
+
+ENTRY_OVERHEAD = 1500
+"""What ``entry_weight`` adds to twice the payload text's length."""
 
 
 @dataclass(slots=True)
@@ -220,8 +224,8 @@ class EntryReader:
                 current = stored.parent or ""
         oids.reverse()
         found.reverse()
-        below = self._entries_of(thread_id, oids, found, nodes)
-        weight = prefix.weight + sum(map(entry_weight, below))
+        below, weight = self._entries_of(thread_id, oids, found, nodes)
+        weight += prefix.weight
         full = prefix.entries + tuple(below)
         if weight <= PATH_CACHE_BYTES:
             self._paths.put((thread_id, leaf), _CachedPath(full, weight))
@@ -233,26 +237,40 @@ class EntryReader:
         oids: list[str],
         found: list[Entry | None],
         nodes: dict[str, EntryNode],
-    ) -> list[Entry]:
+    ) -> tuple[list[Entry], int]:
         """The entries ``oids`` (``found``: those cached; ``nodes``: the nodes of the
-        others) as seen from ``thread_id``; the payloads not cached are read in path order
-        (pack order: each block split once)."""
+        others) as seen from ``thread_id``, and their total ``entry_weight``; the payloads
+        not cached are read in path order (pack order: each block split once)."""
         payloads_get = self._payloads.get
         wanted = [node.payload for node in nodes.values() if payloads_get(node.payload) is None]
         texts: dict[str, str] = {}
+        blob = Kind.BLOB
         for oid, kind, body in self.graph.nearby.get_many(wanted):
-            texts[oid] = _payload_text(oid, kind, body)
+            if kind is not blob:
+                _payload_text(oid, kind, body)  # raises CorruptObject naming it
+            try:
+                texts[oid] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                _payload_text(oid, kind, body)  # the same
         build, put, with_field = self.build, self._entries.put, _ENTRY.with_field
         out: list[Entry] = []
+        append = out.append
+        total = 0
         for oid, entry in zip(oids, found, strict=True):
             if entry is None:
                 node = nodes[oid]
-                text = texts.get(node.payload) or self.raw_payload(node.payload)
-                entry = put(oid, build(oid, node, text, thread_id))
-            elif entry.thread_id != thread_id:
-                entry = with_field(entry, "thread_id", thread_id)
-            out.append(entry)
-        return out
+                text = texts.get(node.payload)
+                if text is None:
+                    text = self.raw_payload(node.payload)
+                weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight: its raw is text
+                entry = put(oid, build(oid, node, text, thread_id), weight)
+            else:
+                weight = 2 * len(entry.raw) + ENTRY_OVERHEAD
+                if entry.thread_id != thread_id:
+                    entry = with_field(entry, "thread_id", thread_id)
+            total += weight
+            append(entry)
+        return out, total
 
     def walk_back(self, thread_id: str, leaf: str | None, limit: int = 0) -> Iterator[Entry]:
         """Entries from ``leaf`` towards the root, newest first, at most ``limit`` (0: all).

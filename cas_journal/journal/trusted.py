@@ -28,6 +28,8 @@ SHARED_FIELD_SETS = 256
 """Distinct sets of field names a constructor of a frozen model shares between the
 instances it builds, at most (beyond that, each instance gets its own set)."""
 _set = object.__setattr__
+_NOTHING: dict[str, Any] = {}
+"""No trusted fields (never changed)."""
 Convert = Callable[[Any], Any]
 
 
@@ -229,8 +231,7 @@ class Constructor(Generic[M]):
 
     def __call__(self, data: Any) -> M:
         """The model holding ``data``'s fields (missing ones at their defaults)."""
-        fields = self._fields(data)
-        return self._build(fields, self._fields_set(tuple(data)))
+        return self.with_fields(data, _NOTHING)
 
     def replaced(self, model: M, trusted: dict[str, Any]) -> M:
         """A copy of ``model`` (built by this constructor) with ``trusted`` fields set as
@@ -247,14 +248,19 @@ class Constructor(Generic[M]):
     def with_field(self, model: M, name: str, value: Any) -> M:
         """``replaced(model, {name: value})`` for one field (an entry as seen from
         another thread: one per shared entry of every fork's path, so kept short)."""
-        if not self._direct:
-            return model.model_copy(update={name: value})
+        if self._field_sets is None:  # not a frozen model set up directly
+            return self.replaced(model, {name: value})
         fields = model.__dict__.copy()
         fields[name] = value
         fields_set = model.__pydantic_fields_set__
         if name not in fields_set:
             fields_set = fields_set | {name}
-        return self._copy(fields, fields_set)
+        copy = self.model.__new__(self.model)  # ``_copy`` inline: this is the hot one
+        _set(copy, "__dict__", fields)
+        _set(copy, "__pydantic_fields_set__", fields_set)
+        _set(copy, "__pydantic_extra__", None)
+        _set(copy, "__pydantic_private__", None)
+        return copy
 
     def _copy(self, fields: dict[str, Any], fields_set: set[str]) -> M:
         """A new instance holding ``fields``. Its set of fields set is ``fields_set``

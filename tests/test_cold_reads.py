@@ -1,0 +1,255 @@
+"""Cold path reads: the shortcuts taken for speed give the same answers and the same
+clear errors as the general code (block splitting, entry building, the collector pause,
+the caches' weights)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cas_journal as cj
+from cas_journal import maintenance
+from cas_journal.errors import CorruptObject
+from cas_journal.journal import entries as entries_module
+from cas_journal.journal.cache import BoundedCache
+from cas_journal.journal.entries import EntryReader, collector_paused, entry_weight
+from cas_journal.journal.graph import EntryGraph
+from cas_journal.objects import EntryNode, Kind, canonical_form, object_id, split_canonical_forms
+
+from journal_helpers import at, user
+
+OID = "a" * 64
+
+
+# -- block splitting: each malformed header gets its own reason ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"blob 3", "object header is missing or too long"),
+        (b"blob " + b"1" * 40 + b"\0", "object header is missing or too long"),
+        (b"blub 3\0abc", "unknown object kind b'blub'"),
+        (b"blob3\0abc", "unknown object kind b'blob3'"),
+        (b"blob 03\0abc", "object header has a malformed length"),
+        (b"blob -3\0abc", "object header has a malformed length"),
+        (b"blob 4\0abc", "object length runs past the end of its data"),
+    ],
+)
+def test_split_names_what_is_wrong_with_a_header(data, reason):
+    good = canonical_form(Kind.BLOB, b"first")
+    with pytest.raises(CorruptObject, match=reason.replace("(", r"\(")):
+        split_canonical_forms(good + data)
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(Kind)), st.binary(max_size=40)), max_size=6))
+def test_split_reads_zero_length_and_long_headers(objects):
+    objects = [*objects, (Kind.TREE, b""), (Kind.CHECKPOINT, b"x" * 1000)]
+    data = b"".join(canonical_form(kind, body) for kind, body in objects)
+    assert split_canonical_forms(data) == [
+        (object_id(kind, body), kind, body) for kind, body in objects
+    ]
+
+
+# -- entry nodes: a canonical shape with a date that does not exist ------------------------
+
+
+@pytest.mark.parametrize("day", ["2026-02-30", "2026-04-31", "2025-02-29"])
+def test_an_entry_dated_a_day_that_does_not_exist_is_refused(day):
+    body = b'{"created_at":"%sT00:00:00.000000Z","payload":"%s"}' % (day.encode(), OID.encode())
+    with pytest.raises(CorruptObject, match="created_at"):
+        EntryNode.parse(body, "b" * 64)
+
+
+def test_an_entry_dated_a_leap_day_is_read():
+    body = b'{"created_at":"2024-02-29T23:59:59.999999Z","payload":"%s"}' % OID.encode()
+    assert EntryNode.parse(body).created_at == "2024-02-29T23:59:59.999999Z"
+
+
+# -- entry building: every payload that does not fit is a CorruptObject naming it ----------
+
+
+def _reader() -> EntryReader:
+    return EntryReader(EntryGraph(cj.Journal.memory().store.objects))
+
+
+NODE = EntryNode(OID, "2026-01-02T03:04:05.000006Z", 1, "c" * 64, None, "turn")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "not json",
+        "[1, 2]",
+        '{"message": {"role": "user", "content": "hi"}}',
+        '{"type": "user_message", "surprise": 1}',
+        '{"type": "no such type"}',
+        '{"type": "user_message", "message": {"role": 5}}',
+        '{"type": "user_message", "message": {"role": "user", "content": 5}}',
+        '{"type": "user_message", "message": "hi"}',
+        '{"type": "user_message", "tokens_before": "many"}',
+        '{"type": "user_message", "tokens_before": 1.5}',
+        '{"type": "user_message", "kept_user_entry_ids": [1]}',
+        '{"type": "user_message", "metadata": {"a": 1}}',
+        "[" * 100_000,
+    ],
+)
+def test_a_payload_that_does_not_fit_is_refused_naming_it(raw):
+    with pytest.raises(CorruptObject) as caught:
+        _reader().build("b" * 64, NODE, raw, "t")
+    assert caught.value.oid == OID
+
+
+def test_a_built_entry_equals_the_validated_model():
+    raw = (
+        '{"message":{"content":"hi","role":"user","tool_args":"{}"},'
+        '"metadata":{"k":"v"},"tokens_before":7,"type":"user_message"}'
+    )
+    built = _reader().build("b" * 64, NODE, raw, "t")
+    expected = cj.Entry.model_validate(
+        {
+            "message": {"content": "hi", "role": "user", "tool_args": "{}"},
+            "metadata": {"k": "v"},
+            "tokens_before": 7,
+            "type": "user_message",
+            "id": "b" * 64,
+            "thread_id": "t",
+            "parent_id": "c" * 64,
+            "turn_id": "turn",
+            "created_at": "2026-01-02T03:04:05.000006Z",
+            "raw": raw,
+            "raw_hash": OID,
+        }
+    )
+    assert built == expected
+    assert built.created_at == expected.created_at
+    assert built.created_at.tzinfo is expected.created_at.tzinfo
+    assert built.model_fields_set == expected.model_fields_set
+    again = cj.Entry.model_validate(built.model_dump())
+    assert again == built
+
+
+def test_a_payload_that_is_not_a_blob_or_not_utf8_is_refused_naming_it(tmp_path):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    entry = user(j, "t", "hello", now=at(1))
+    for kind, body in ((Kind.BLOB, b"\xff\xfe"), (Kind.TREE, b"{}")):
+        payload = object_id(kind, body)
+        j.store.objects.put(kind, body)
+        node = EntryNode(payload, "2026-01-02T03:04:05.000006Z")
+        j.store.objects.put(Kind.ENTRY, node.body())
+        oid = object_id(Kind.ENTRY, node.body())
+        reader = _reader_of(j)
+        with pytest.raises(CorruptObject) as caught:
+            reader.path("t", oid)
+        assert caught.value.oid == payload
+    assert j.path("t")[-1] == entry
+
+
+def _reader_of(j: cj.Journal) -> EntryReader:
+    return EntryReader(EntryGraph(j.store.objects))
+
+
+# -- the collector pause ---------------------------------------------------------------------
+
+
+def test_the_collector_is_paused_inside_and_resumed_after():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_the_collector_resumes_after_an_error():
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_stays_disabled():
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_concurrent_pauses_resume_the_collector_when_the_last_ends():
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with collector_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert inside.wait(10)
+    with collector_paused():
+        pass
+    assert not gc.isenabled()  # the other pause still runs
+    release.set()
+    thread.join()
+    assert gc.isenabled()
+
+
+def test_a_path_read_from_a_packed_store_pauses_the_collector(tmp_path, monkeypatch):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    written = [user(j, "t", f"message {i}", now=at(i)) for i in range(30)]
+    maintenance.pack(j.store)
+    maintenance.gc(j.store, prune_now=True)
+    j.close()
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    seen: list[bool] = []
+    original = entries_module.EntryReader.build
+
+    def build(self, *args):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return original(self, *args)
+
+    monkeypatch.setattr(entries_module.EntryReader, "build", build)
+    assert [e.id for e in j.path("t")] == [e.id for e in written]
+    assert seen and not any(seen)
+    assert gc.isenabled()
+
+
+# -- weights ---------------------------------------------------------------------------------
+
+
+def test_a_weight_given_to_put_is_the_one_kept():
+    cache: BoundedCache[str, str] = BoundedCache(10, weigh=len, max_weight=10)
+    cache.put("a", "xxxx", 4)
+    cache.put("b", "yyyy", 4)
+    assert cache.weight == 8
+    cache.put("c", "zzzz", 4)  # beyond the bound: the oldest goes
+    assert cache.get("a") is None and cache.weight == 8
+    plain: BoundedCache[str, int] = BoundedCache(2)
+    for key in "abc":
+        plain.put(key, 1)
+    assert len(plain) == 2 and plain.get("a") is None
+
+
+def test_a_cached_path_weighs_what_its_entries_weigh(tmp_path):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    for i in range(12):
+        user(j, "t", "x" * i, now=at(i))
+    j.close()
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    path = j.path("t")
+    reader = j._reader  # noqa: SLF001
+    cached = reader._paths.get(("t", path[-1].id))  # noqa: SLF001
+    assert cached is not None
+    assert cached.weight == sum(map(entry_weight, path))
+    assert reader._entries.weight == sum(map(entry_weight, path))  # noqa: SLF001
