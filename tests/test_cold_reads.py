@@ -10,6 +10,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from journal_helpers import at, user
 
 import cas_journal as cj
 from cas_journal import maintenance
@@ -19,8 +20,6 @@ from cas_journal.journal.cache import BoundedCache
 from cas_journal.journal.entries import EntryReader, collector_paused, entry_weight
 from cas_journal.journal.graph import EntryGraph
 from cas_journal.objects import EntryNode, Kind, canonical_form, object_id, split_canonical_forms
-
-from journal_helpers import at, user
 
 OID = "a" * 64
 
@@ -248,8 +247,8 @@ def test_a_cached_path_weighs_what_its_entries_weigh(tmp_path):
     j.close()
     j = cj.Journal.open(tmp_path / "store", durable=False)
     path = j.path("t")
-    reader = j._reader  # noqa: SLF001
-    cached = reader._paths.get(("t", path[-1].id))  # noqa: SLF001
+    reader = j._reader
+    cached = reader._paths.get(("t", path[-1].id))
     assert cached is not None
     assert cached.weight == sum(map(entry_weight, path))
-    assert reader._entries.weight == sum(map(entry_weight, path))  # noqa: SLF001
+    assert reader._entries.weight == sum(map(entry_weight, path))
