@@ -252,3 +252,51 @@ def test_a_cached_path_weighs_what_its_entries_weigh(tmp_path):
     assert cached is not None
     assert cached.weight == sum(map(entry_weight, path))
     assert reader._entries.weight == sum(map(entry_weight, path))
+
+
+# -- row windows -----------------------------------------------------------------------------
+
+
+def _unpacked(tmp_path, count: int) -> list[cj.Entry]:
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    written = [user(j, "t", f"message {i} " + "y" * (i % 50), now=at(i)) for i in range(count)]
+    j.close()
+    return written
+
+
+def test_a_path_s_payloads_come_from_the_row_windows_its_walk_read(tmp_path):
+    written = _unpacked(tmp_path, 300)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    statements: list[str] = []
+    j.store.objects.db.connection().set_trace_callback(statements.append)
+    assert j.path("t") == written
+    assert not [sql for sql in statements if " IN (" in sql]  # no second read of any row
+
+
+def test_row_windows_stay_within_their_byte_bound(tmp_path, monkeypatch):
+    from cas_journal.backends.local import objects as local_objects
+
+    written = _unpacked(tmp_path, 300)
+    monkeypatch.setattr(local_objects, "WINDOW_BYTES", 4096)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    objects = j.store.objects
+    for entry in reversed(written):
+        objects.get_with_neighbours(entry.id)
+        kept = sum(map(len, objects._window.values()))
+        assert kept == objects._window_bytes
+        assert kept <= 4096 + 64 * 1024  # the bound, give or take the last frame
+    assert j.path("t") == written  # what a window dropped is read again
+
+
+def test_a_damaged_frame_kept_from_a_window_is_read_again_or_refused(tmp_path):
+    written = _unpacked(tmp_path, 60)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    objects = j.store.objects
+    for entry in reversed(written):
+        objects.get_with_neighbours(entry.id)
+    payload = written[5].raw_hash
+    assert payload in objects._window
+    objects._window[payload] = b"garbage"  # as if the row had been damaged
+    got = {oid: body for oid, _, body in objects.get_many([payload])}
+    assert got == {payload: objects.get(payload)[1]}  # ``get`` finds the intact row

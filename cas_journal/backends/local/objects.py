@@ -94,9 +94,11 @@ a chain appended one commit at a time (entry, payload, thread state per append) 
 the rows just before its newest node. Scattered reads (skip-pointer hops) read one row
 each."""
 NEIGHBOUR_FRAME_BYTES = 64 * 1024
-"""Frames of neighbouring rows kept (undecoded) at most this long each: the rows read
-with one window, at most ``(ROWS_BEFORE + ROWS_AFTER) * NEIGHBOUR_FRAME_BYTES`` (6.5 MiB),
-are kept until the next window replaces them."""
+"""Frames of neighbouring rows kept (undecoded) at most this long each."""
+WINDOW_BYTES = 16 * 1024 * 1024
+"""Frames of neighbouring rows kept at most, over the windows read lately (the oldest
+go first): a chain walked back from its newest node and then read forwards (a path's
+payloads) finds the rows of its last windows already read."""
 
 
 def ensure_reserve(root: Path) -> None:
@@ -166,13 +168,16 @@ class LocalObjectStore(ObjectStore):
         self._packs_stamp: tuple[int, int] | None = None
         self._freshened: dict[str, float] = {}
         self._window: dict[str, bytes] = {}
-        """Frames of the rows read with the last row window (``get_with_neighbours``),
-        by oid, each decoded and verified only when asked for."""
+        """Frames of the rows read with the last row windows (``get_with_neighbours``),
+        by oid, each decoded and verified only when asked for, oldest first, at most
+        ``WINDOW_BYTES`` in all."""
+        self._window_bytes = 0
         self._last_row: int | None = None
         self._rows_close = False
         """Whether the last two rows asked for lay close together (the next read is
         then a window)."""
         self._lock = threading.Lock()
+        self._window_lock = threading.Lock()
         self.refresh_packs()
 
     # -- packs ------------------------------------------------------------------------
@@ -743,7 +748,7 @@ class LocalObjectStore(ObjectStore):
                 return found
         else:  # not packed: its row, without a second search of the packs
             try:
-                frame = self._window.pop(oid, None)
+                frame = self._from_window(oid)
                 if frame is None:
                     frame = self._read_row_nearby(oid)
                 if frame is not None:
@@ -755,9 +760,9 @@ class LocalObjectStore(ObjectStore):
         return [(oid, kind, body)]
 
     def get_if_read(self, oid: str) -> tuple[Kind, bytes] | None:
-        """The object if the last row window read its frame (taken from the window,
+        """The object if a recent row window read its frame (taken from the window,
         decoded and verified), else None (a damaged frame too: ``get`` then decides)."""
-        frame = self._window.pop(oid, None)
+        frame = self._from_window(oid)
         if frame is None:
             return None
         try:
@@ -765,10 +770,18 @@ class LocalObjectStore(ObjectStore):
         except CorruptObject:
             return None
 
+    def _from_window(self, oid: str) -> bytes | None:
+        """The frame of ``oid`` kept from a row window (taken out of it), or None."""
+        frame = self._window.pop(oid, None)  # atomic: no lock on this path
+        if frame is not None:
+            # the count only bounds memory: it restarts from zero when nothing is kept
+            self._window_bytes = self._window_bytes - len(frame) if self._window else 0
+        return frame
+
     def _read_row_nearby(self, oid: str) -> bytes | None:
         """The frame of ``oid``'s row (None if there is none or it is too long: ``get``
         then says why). When the rows asked for lately lie close together, it is read in
-        one query with the rows written just before and after it, whose frames replace
+        one query with the rows written just before and after it, whose frames join
         the window kept for the next calls. A row's frame is immutable (a damaged one
         fails verification when it is decoded, and ``get`` looks for another copy), so a
         kept frame is never stale, only perhaps deleted since."""
@@ -778,16 +791,28 @@ class LocalObjectStore(ObjectStore):
         number: object = None
         if self._rows_close:
             params = (limit + 1, raw, NEIGHBOUR_FRAME_BYTES, ROWS_BEFORE, ROWS_AFTER)
-            window: dict[str, bytes] = {}
             rows = self.db.rows(_READ_ROW_WINDOW, params, "reading objects", CorruptObject)
-            for other, frame, rowid in rows:
-                if not isinstance(other, bytes) or not isinstance(frame, bytes):
-                    continue
-                if other == raw:
-                    found, number = frame, rowid
-                else:
-                    window[other.hex()] = frame
-            self._window = window
+            with self._window_lock:
+                window = self._window
+                kept = self._window_bytes
+                for other, frame, rowid in rows:
+                    if not isinstance(other, bytes) or not isinstance(frame, bytes):
+                        continue
+                    if other == raw:
+                        found, number = frame, rowid
+                        continue
+                    key = other.hex()
+                    if key not in window:
+                        window[key] = frame
+                        kept += len(frame)
+                while kept > WINDOW_BYTES and window:
+                    try:  # another thread may take a frame meanwhile (without the lock)
+                        dropped = window.pop(next(iter(window)), None)
+                    except (RuntimeError, StopIteration):
+                        break
+                    if dropped is not None:
+                        kept -= len(dropped)
+                self._window_bytes = kept
         else:
             row = self.db.row(
                 _READ_ROW_NUMBERED, (limit + 1, raw), "reading an object", CorruptObject
@@ -804,9 +829,10 @@ class LocalObjectStore(ObjectStore):
 
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """Read several objects, each verified: the packed ones pack by pack (each block
-        read and decompressed once), the rest with one query per ``_ROWS_PER_QUERY``
-        rows. Anything damaged or not found in that pass goes through ``get`` (another
-        intact copy, a rescan of the packs, else ObjectNotFound)."""
+        read and decompressed once), the rest from the frames row windows kept (see
+        ``get_with_neighbours``), else with one query per ``_ROWS_PER_QUERY`` rows.
+        Anything damaged or not found in that pass goes through ``get`` (another intact
+        copy, a rescan of the packs, else ObjectNotFound)."""
         wanted = list(dict.fromkeys(oids))
         for oid in wanted:
             require_oid(oid)
@@ -828,6 +854,20 @@ class LocalObjectStore(ObjectStore):
                         yield oid, kind, body
             except CorruptObject:  # another copy may be intact
                 retry.extend(oid for oid in members if oid not in done)
+        if unpacked and self._window:  # rows a window read already: no second query
+            rest: list[str] = []
+            for oid in unpacked:
+                kept = self._from_window(oid)
+                if kept is None:
+                    rest.append(oid)
+                    continue
+                try:
+                    kind, body = self.codec.decode(oid, kept)
+                except CorruptObject:
+                    retry.append(oid)
+                    continue
+                yield oid, kind, body
+            unpacked = rest
         limit = self.codec.max_frame_size
         for start in range(0, len(unpacked), _ROWS_PER_QUERY):
             chunk = unpacked[start : start + _ROWS_PER_QUERY]
