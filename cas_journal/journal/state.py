@@ -10,8 +10,7 @@ without reading their states.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -154,9 +153,10 @@ def ensure_index(refs: RefStore, meta: ThreadMeta, previous: ThreadMeta | None =
         apply_index_update(refs, update)
 
 
-@dataclass(frozen=True)
-class ThreadHead:
-    """A thread as read: the state's oid, the state and its metadata."""
+class ThreadHead(NamedTuple):
+    """A thread as read: the state's oid, the state and its metadata (a NamedTuple, not
+    a frozen dataclass: every append and fork makes one, and a tuple is built at a
+    fraction of the cost)."""
 
     thread_id: str
     state_oid: str

@@ -54,6 +54,32 @@ def generate_thread_id() -> str:
     return f"thread-{uuid.uuid4().hex}"
 
 
+_META_DEFAULTS: dict[str, Any] = {
+    name: field.default for name, field in ThreadMeta.model_fields.items()
+}
+_META_DIRECT = all(
+    field.default_factory is None and field.alias is None
+    for field in ThreadMeta.model_fields.values()
+) and set(ThreadMeta.__private_attributes__) == {"_state_oid"}
+
+
+def _trusted_meta(values: dict[str, Any]) -> ThreadMeta:
+    """ThreadMeta holding ``values`` (fields this module built: valid and UTC), the rest
+    at their defaults: what ``ThreadMeta.model_construct(**values)`` makes, without its
+    per-field default and alias handling (a fork pays this on every call)."""
+    if not _META_DIRECT:
+        return ThreadMeta.model_construct(**values)
+    fields = _META_DEFAULTS.copy()
+    fields.update(values)
+    meta = ThreadMeta.__new__(ThreadMeta)
+    _set = object.__setattr__
+    _set(meta, "__dict__", fields)
+    _set(meta, "__pydantic_fields_set__", set(values))
+    _set(meta, "__pydantic_extra__", None)
+    _set(meta, "__pydantic_private__", {"_state_oid": None})
+    return meta
+
+
 def _warn_damaged(thread_id: str, error: JournalError) -> None:
     logger.warning("skipped thread %r: %s", thread_id, error)
 
@@ -128,7 +154,10 @@ class ThreadBook:
                 raise EntryNotFound(f"thread {source_id!r} has no entry to fork before")
             target = self.graph.node(target).parent
         new_id = validate_id(new_thread_id or generate_thread_id(), "new thread id")
-        created = format_time(ensure_utc(now or utc_now()))
+        moment = ensure_utc(now or utc_now())
+        created = format_time(moment)
+        if type(moment) is not datetime:  # a subclass: the plain instant its text names
+            moment = parse_time(created)
         # the state's metadata and the ThreadMeta are built directly from values this
         # call made or checked (what meta_to_state and meta_from_state would give)
         fields = {"id": new_id, "created_at": created, "updated_at": created}
@@ -137,11 +166,9 @@ class ThreadBook:
         if target:
             fields["forked_from_entry_id"] = target
         state = ThreadStateNode(fields, target or None, (target,) if target else ())
-        moment = parse_time(created)
         values: dict[str, Any] = {**fields, "created_at": moment, "updated_at": moment}
         values["leaf_id"] = target or ""
-        meta = ThreadMeta.model_construct(**values)
-        return self._create(new_id, state, "fork", state.heads, meta)
+        return self._create(new_id, state, "fork", state.heads, _trusted_meta(values))
 
     def _create(
         self,

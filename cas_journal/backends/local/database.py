@@ -459,8 +459,10 @@ class Database:
         damaged: type[JournalError] = CorruptRef,
     ) -> list[tuple[object, ...]]:
         """All rows of one read statement (its own snapshot)."""
-        with database_errors(what, damaged):
+        try:  # (not ``database_errors``: a generator's context costs every read)
             return self.connection().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate_error(exc, what, damaged) from exc
 
     def row(
         self,
@@ -470,9 +472,11 @@ class Database:
         damaged: type[JournalError] = CorruptRef,
     ) -> tuple[object, ...] | None:
         """The first row of one read statement, or None."""
-        with database_errors(what, damaged):
+        try:
             found: tuple[object, ...] | None = self.connection().execute(sql, params).fetchone()
-            return found
+        except sqlite3.Error as exc:
+            raise translate_error(exc, what, damaged) from exc
+        return found
 
     @contextlib.contextmanager
     def snapshot(self, what: str = "reading the store") -> Iterator[sqlite3.Connection]:

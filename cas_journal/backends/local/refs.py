@@ -22,11 +22,12 @@ from ...errors import CorruptRef
 from ...names import split_ref_name
 from ..base import ReflogEntry, RefStore, RefUpdate, check_ref_value
 from .commits import Change, Committer
-from .database import Database
+from .database import Database, translate_error
 
 MAX_REFLOG_TIME = 253402300799 * 10**6  # 9999-12-31T23:59:59Z in microseconds
 
 
+_READ_REF = "SELECT value FROM refs WHERE name = ?"
 _REFS_PER_QUERY = 500
 """Names per ``read_refs`` query (SQLite allows 32,766 parameters)."""
 
@@ -94,9 +95,10 @@ class LocalRefStore(RefStore):
 
     def read_ref(self, name: str) -> str | None:
         split_ref_name(name)
-        found = self.db.row(
-            "SELECT value FROM refs WHERE name = ?", (name,), f"reading ref {name!r}"
-        )
+        try:  # (the error's words are made only on an error: a read is on every fork)
+            found = self.db.connection().execute(_READ_REF, (name,)).fetchone()
+        except sqlite3.Error as exc:
+            raise translate_error(exc, f"reading ref {name!r}") from exc
         return None if found is None else parse_value(name, found[0])
 
     def read_refs(self, names: Iterable[str]) -> dict[str, str | None]:
