@@ -19,6 +19,7 @@ from cas_journal.journal import entries as entries_module
 from cas_journal.journal.cache import BoundedCache
 from cas_journal.journal.entries import EntryReader, collector_paused, entry_weight
 from cas_journal.journal.graph import EntryGraph
+from cas_journal.journal.payload import raw_for_entry
 from cas_journal.objects import EntryNode, Kind, canonical_form, object_id, split_canonical_forms
 
 OID = "a" * 64
@@ -300,3 +301,14 @@ def test_a_damaged_frame_kept_from_a_window_is_read_again_or_refused(tmp_path):
     objects._window[payload] = b"garbage"  # as if the row had been damaged
     got = {oid: body for oid, _, body in objects.get_many([payload])}
     assert got == {payload: objects.get(payload)[1]}  # ``get`` finds the intact row
+
+
+@given(st.text(max_size=40))
+def test_an_entry_built_from_the_stored_bytes_equals_one_built_from_the_text(text):
+    entry = cj.Entry(type=cj.EntryType.USER_MESSAGE, message=cj.Message(role="user", content=text))
+    raw = raw_for_entry(entry)
+    reader = _reader()
+    from_text = reader.build("b" * 64, NODE, raw, "t")
+    from_bytes = reader.build("b" * 64, NODE, raw, "t", raw.encode("utf-8"))
+    assert from_bytes == from_text
+    assert from_bytes.message is not None and from_bytes.message.content == text

@@ -138,10 +138,14 @@ class EntryReader:
             cached = self._payloads.put(oid, _payload_text(oid, kind, body))
         return cached
 
-    def build(self, oid: str, node: EntryNode, raw: str, thread_id: str) -> Entry:
-        """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``."""
+    def build(
+        self, oid: str, node: EntryNode, raw: str, thread_id: str, body: bytes | None = None
+    ) -> Entry:
+        """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``
+        (``body``: the same payload as stored, UTF-8, which is parsed instead when given:
+        parsing a str that is not ASCII would encode it again and keep that copy with it)."""
         try:
-            fields = parse_json(raw)
+            fields = parse_json(raw if body is None else body)
         except (ValueError, TypeError, RecursionError) as exc:
             raise CorruptObject(
                 f"entry payload is malformed: {exc}".splitlines()[0], node.payload
@@ -243,13 +247,13 @@ class EntryReader:
         not cached are read in path order (pack order: each block split once)."""
         payloads_get = self._payloads.get
         wanted = [node.payload for node in nodes.values() if payloads_get(node.payload) is None]
-        texts: dict[str, str] = {}
+        texts: dict[str, tuple[str, bytes]] = {}
         blob = Kind.BLOB
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             if kind is not blob:
                 _payload_text(oid, kind, body)  # raises CorruptObject naming it
             try:
-                texts[oid] = body.decode("utf-8")
+                texts[oid] = (body.decode("utf-8"), body)
             except UnicodeDecodeError:
                 _payload_text(oid, kind, body)  # the same
         build, put, with_field = self.build, self._entries.put, _ENTRY.with_field
@@ -259,11 +263,13 @@ class EntryReader:
         for oid, entry in zip(oids, found, strict=True):
             if entry is None:
                 node = nodes[oid]
-                text = texts.get(node.payload)
-                if text is None:
-                    text = self.raw_payload(node.payload)
+                read = texts.get(node.payload)
+                if read is None:
+                    text, stored = self.raw_payload(node.payload), None
+                else:
+                    text, stored = read
                 weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight: its raw is text
-                entry = put(oid, build(oid, node, text, thread_id), weight)
+                entry = put(oid, build(oid, node, text, thread_id, stored), weight)
             else:
                 weight = 2 * len(entry.raw) + ENTRY_OVERHEAD
                 if entry.thread_id != thread_id:
