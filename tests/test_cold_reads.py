@@ -212,13 +212,13 @@ def test_a_path_read_from_a_packed_store_pauses_the_collector(tmp_path, monkeypa
     j.close()
     j = cj.Journal.open(tmp_path / "store", durable=False)
     seen: list[bool] = []
-    original = entries_module.EntryReader.build
+    original = entries_module.EntryReader._built
 
-    def build(self, *args):  # type: ignore[no-untyped-def]
+    def built(self, *args):  # type: ignore[no-untyped-def]
         seen.append(gc.isenabled())
         return original(self, *args)
 
-    monkeypatch.setattr(entries_module.EntryReader, "build", build)
+    monkeypatch.setattr(entries_module.EntryReader, "_built", built)
     assert [e.id for e in j.path("t")] == [e.id for e in written]
     assert seen and not any(seen)
     assert gc.isenabled()
@@ -312,3 +312,17 @@ def test_an_entry_built_from_the_stored_bytes_equals_one_built_from_the_text(tex
     from_bytes = reader.build("b" * 64, NODE, raw, "t", raw.encode("utf-8"))
     assert from_bytes == from_text
     assert from_bytes.message is not None and from_bytes.message.content == text
+
+
+def test_entries_of_one_path_that_share_a_payload_share_nothing_mutable(tmp_path):
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="t"))
+    same = cj.Entry(thread_id="t", type=cj.EntryType.USER_MESSAGE, kept_user_entry_ids=["x"])
+    for i in range(3):
+        j.append(same.model_copy(update={"created_at": at(i)}), now=at(i))
+    j.close()
+    first, second, third = cj.Journal.open(tmp_path / "store", durable=False).path("t")
+    assert first.raw_hash == second.raw_hash == third.raw_hash
+    assert first.kept_user_entry_ids == second.kept_user_entry_ids == ["x"]
+    assert first.kept_user_entry_ids is not second.kept_user_entry_ids
+    assert second.kept_user_entry_ids is not third.kept_user_entry_ids

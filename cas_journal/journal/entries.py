@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from ..errors import CorruptObject
 from ..objects import EntryNode, Kind
@@ -108,6 +109,24 @@ def _payload_text(oid: str, kind: Kind, body: bytes) -> str:
         raise CorruptObject("entry payload is not UTF-8", oid) from exc
 
 
+def _payload_fields(oid: str, data: bytes | str) -> dict[str, Any]:
+    """The fields of payload ``oid`` (its JSON ``data``), checked to be payload fields;
+    CorruptObject naming it if they are not (their values are checked when the Entry is
+    built)."""
+    try:
+        fields = parse_json(data)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], oid) from exc
+    if type(fields) is not dict or "type" not in fields:
+        raise CorruptObject("entry payload is malformed: payload is not an object with a type", oid)
+    if not _PAYLOAD_FIELD_SET.issuperset(fields):
+        unknown = sorted(fields.keys() - _PAYLOAD_FIELD_SET)
+        raise CorruptObject(
+            f"entry payload is malformed: payload has unknown fields {unknown}", oid
+        )
+    return fields
+
+
 class EntryReader:
     """Builds Entry objects and paths for a thread.
 
@@ -144,21 +163,12 @@ class EntryReader:
         """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``
         (``body``: the same payload as stored, UTF-8, which is parsed instead when given:
         parsing a str that is not ASCII would encode it again and keep that copy with it)."""
-        try:
-            fields = parse_json(raw if body is None else body)
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise CorruptObject(
-                f"entry payload is malformed: {exc}".splitlines()[0], node.payload
-            ) from exc
-        if type(fields) is not dict or "type" not in fields:
-            raise CorruptObject(
-                "entry payload is malformed: payload is not an object with a type", node.payload
-            )
-        if not _PAYLOAD_FIELD_SET.issuperset(fields):
-            unknown = sorted(fields.keys() - _PAYLOAD_FIELD_SET)
-            raise CorruptObject(
-                f"entry payload is malformed: payload has unknown fields {unknown}", node.payload
-            )
+        return self._built(oid, node, raw, _payload_fields(node.payload, body or raw), thread_id)
+
+    def _built(
+        self, oid: str, node: EntryNode, raw: str, fields: dict[str, Any], thread_id: str
+    ) -> Entry:
+        """The Entry of node ``oid`` from its payload's parsed ``fields`` (used once)."""
         try:
             return _ENTRY.with_fields(
                 fields,
@@ -247,29 +257,37 @@ class EntryReader:
         not cached are read in path order (pack order: each block split once)."""
         payloads_get = self._payloads.get
         wanted = [node.payload for node in nodes.values() if payloads_get(node.payload) is None]
-        texts: dict[str, tuple[str, bytes]] = {}
+        # each payload is decoded and parsed as it arrives (its bytes are freed at once);
+        # parsed fields are used once (an entry owns its lists and maps), so a payload
+        # that several entries of the path share is parsed again for the next
+        texts: dict[str, tuple[str, dict[str, Any] | None]] = {}
         blob = Kind.BLOB
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             if kind is not blob:
                 _payload_text(oid, kind, body)  # raises CorruptObject naming it
             try:
-                texts[oid] = (body.decode("utf-8"), body)
+                text = body.decode("utf-8")
             except UnicodeDecodeError:
                 _payload_text(oid, kind, body)  # the same
-        build, put, with_field = self.build, self._entries.put, _ENTRY.with_field
+            texts[oid] = (text, _payload_fields(oid, body))
+        built, put, with_field = self._built, self._entries.put, _ENTRY.with_field
         out: list[Entry] = []
         append = out.append
         total = 0
         for oid, entry in zip(oids, found, strict=True):
             if entry is None:
                 node = nodes[oid]
-                read = texts.get(node.payload)
+                payload = node.payload
+                read = texts.get(payload)
                 if read is None:
-                    text, stored = self.raw_payload(node.payload), None
+                    text, fields = self.raw_payload(payload), None
                 else:
-                    text, stored = read
+                    text, fields = read
+                    texts[payload] = (text, None)
+                if fields is None:
+                    fields = _payload_fields(payload, text)
                 weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight: its raw is text
-                entry = put(oid, build(oid, node, text, thread_id, stored), weight)
+                entry = put(oid, built(oid, node, text, fields, thread_id), weight)
             else:
                 weight = 2 * len(entry.raw) + ENTRY_OVERHEAD
                 if entry.thread_id != thread_id:

@@ -323,9 +323,17 @@ class PackReader:
         """Every object of the block holding the object at a sorted position, in data
         order, each named by the hash of its own canonical form (so verified): a reader
         walking a chain packed in chain order decompresses and splits each block once
-        instead of looking up every object. CorruptObject if the block is damaged."""
+        instead of looking up every object. CorruptObject if the block is damaged.
+
+        The block's content is not put in the block cache (its objects are what the
+        caller keeps): a long walk then reuses the memory of one block for the next
+        instead of holding every block it read twice, once whole and once split."""
         number, _, _, _ = self.index.place(position)
-        return split_canonical_forms(self.block_content(number))
+        data = self.cache.get((self.name, number))
+        if data is None:
+            block = self.index.block(number)
+            data = self.decompress(number, block, self.raw_block(block))
+        return split_canonical_forms(data)
 
     def read_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """Read and verify the given objects that this pack holds (others are skipped),
