@@ -10,6 +10,9 @@ they are asked for. Each block is then decompressed and split once per walk.
 
 Only verified objects are kept, each is handed out once (a caller caches what it
 builds from it), and the total is bounded: the oldest neighbours are dropped first.
+``get_if_read`` hands out an object only if a read so far brought it (a kept neighbour,
+or what the store keeps from its own last read: ``ObjectStore.get_if_read``), so a
+chain walker can pick up a node's companions on the way and batch-read the rest.
 """
 
 from __future__ import annotations
