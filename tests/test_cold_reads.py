@@ -17,7 +17,12 @@ from cas_journal import maintenance
 from cas_journal.errors import CorruptObject
 from cas_journal.journal import entries as entries_module
 from cas_journal.journal.cache import BoundedCache
-from cas_journal.journal.entries import EntryReader, collector_paused, entry_weight
+from cas_journal.journal.entries import (
+    EntryReader,
+    _payload_fields,
+    collector_paused,
+    entry_weight,
+)
 from cas_journal.journal.graph import EntryGraph
 from cas_journal.journal.payload import raw_for_entry
 from cas_journal.objects import EntryNode, Kind, canonical_form, object_id, split_canonical_forms
@@ -309,7 +314,10 @@ def test_an_entry_built_from_the_stored_bytes_equals_one_built_from_the_text(tex
     raw = raw_for_entry(entry)
     reader = _reader()
     from_text = reader.build("b" * 64, NODE, raw, "t")
-    from_bytes = reader.build("b" * 64, NODE, raw, "t", raw.encode("utf-8"))
+    # what a path read does: the payload's fields parsed from its stored bytes
+    from_bytes = reader._built(
+        "b" * 64, NODE, raw, _payload_fields(NODE.payload, raw.encode()), "t"
+    )
     assert from_bytes == from_text
     assert from_bytes.message is not None and from_bytes.message.content == text
 
@@ -326,3 +334,20 @@ def test_entries_of_one_path_that_share_a_payload_share_nothing_mutable(tmp_path
     assert first.kept_user_entry_ids == second.kept_user_entry_ids == ["x"]
     assert first.kept_user_entry_ids is not second.kept_user_entry_ids
     assert second.kept_user_entry_ids is not third.kept_user_entry_ids
+
+
+def test_a_constructor_sets_up_private_attributes_as_pydantic_does():
+    from cas_journal.journal.trusted import Constructor
+
+    meta = Constructor(cj.ThreadMeta)
+    moment = at(1)
+    values = {"id": "x", "created_at": moment, "updated_at": moment, "leaf_id": "e"}
+    built = meta.with_fields({}, values)
+    assert built == cj.ThreadMeta.model_construct(**values)
+    assert built.model_fields_set == set(values)
+    assert built._state_oid is None  # the private attribute's default
+    built._state_oid = "s" * 64
+    copy = meta.replaced(built, {"title": "t"})
+    assert copy._state_oid == "s" * 64 and copy.title == "t"
+    copy._state_oid = None  # each copy owns its private attributes
+    assert built._state_oid == "s" * 64

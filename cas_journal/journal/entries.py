@@ -157,18 +157,16 @@ class EntryReader:
             cached = self._payloads.put(oid, _payload_text(oid, kind, body))
         return cached
 
-    def build(
-        self, oid: str, node: EntryNode, raw: str, thread_id: str, body: bytes | None = None
-    ) -> Entry:
-        """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``
-        (``body``: the same payload as stored, UTF-8, which is parsed instead when given:
-        parsing a str that is not ASCII would encode it again and keep that copy with it)."""
-        return self._built(oid, node, raw, _payload_fields(node.payload, body or raw), thread_id)
+    def build(self, oid: str, node: EntryNode, raw: str, thread_id: str) -> Entry:
+        """The Entry of node ``oid`` with payload text ``raw``, as seen from ``thread_id``."""
+        return self._built(oid, node, raw, _payload_fields(node.payload, raw), thread_id)
 
     def _built(
         self, oid: str, node: EntryNode, raw: str, fields: dict[str, Any], thread_id: str
     ) -> Entry:
-        """The Entry of node ``oid`` from its payload's parsed ``fields`` (used once)."""
+        """The Entry of node ``oid`` from its payload's parsed ``fields`` (used once; a
+        path read parses the payload from its stored UTF-8 bytes: parsing a str that is
+        not ASCII would encode it again and keep that copy with it)."""
         try:
             return _ENTRY.with_fields(
                 fields,
@@ -261,15 +259,8 @@ class EntryReader:
         # parsed fields are used once (an entry owns its lists and maps), so a payload
         # that several entries of the path share is parsed again for the next
         texts: dict[str, tuple[str, dict[str, Any] | None]] = {}
-        blob = Kind.BLOB
         for oid, kind, body in self.graph.nearby.get_many(wanted):
-            if kind is not blob:
-                _payload_text(oid, kind, body)  # raises CorruptObject naming it
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError:
-                _payload_text(oid, kind, body)  # the same
-            texts[oid] = (text, _payload_fields(oid, body))
+            texts[oid] = (_payload_text(oid, kind, body), _payload_fields(oid, body))
         built, put, with_field = self._built, self._entries.put, _ENTRY.with_field
         out: list[Entry] = []
         append = out.append
@@ -286,10 +277,11 @@ class EntryReader:
                     texts[payload] = (text, None)
                 if fields is None:
                     fields = _payload_fields(payload, text)
-                weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight: its raw is text
-                entry = put(oid, built(oid, node, text, fields, thread_id), weight)
+                entry = built(oid, node, text, fields, thread_id)
+                weight = entry_weight(entry)
+                put(oid, entry, weight)
             else:
-                weight = 2 * len(entry.raw) + ENTRY_OVERHEAD
+                weight = entry_weight(entry)
                 if entry.thread_id != thread_id:
                     entry = with_field(entry, "thread_id", thread_id)
             total += weight

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, TypeAdapter
+from pydantic_core import PydanticUndefined
 
 M = TypeVar("M", bound=BaseModel)
 SHARED_FIELD_SETS = 256
@@ -134,11 +135,12 @@ def _plan(annotation: Any) -> Convert:
 class Constructor(Generic[M]):
     """Builds ``model`` instances from plain dicts (see the module docstring).
 
-    For a model without private attributes, aliases or required fields it sets the
-    instance's fields directly (what ``model_construct`` does, without its per-field
-    alias handling); otherwise it calls ``model_construct``. A present str, bool or int
-    field whose value has exactly that type is taken as it is, without a call per field
-    (this runs once per entry of every path read from the store).
+    For a model without aliases, required fields or private attributes lacking a plain
+    default it sets the instance's fields (and private attributes) directly (what
+    ``model_construct`` does, without its per-field alias handling); otherwise it calls
+    ``model_construct``. A present str, bool or int field whose value has exactly that
+    type is taken as it is, without a call per field (this runs once per entry of every
+    path read from the store).
     """
 
     def __init__(self, model: type[M]) -> None:
@@ -146,10 +148,18 @@ class Constructor(Generic[M]):
         self.plans: dict[str, Convert] | None = None  # built on first use (models may nest)
         self._exact: dict[str, Any] = {}
         fields = model.model_fields
-        self._direct = not model.__private_attributes__ and all(
+        private = model.__private_attributes__
+        self._direct = all(
+            attribute.default_factory is None and attribute.default is not PydanticUndefined
+            for attribute in private.values()
+        ) and all(
             field.alias is None and field.validation_alias is None and not field.is_required()
             for field in fields.values()
         )
+        self._private: dict[str, Any] | None = (
+            {name: attribute.default for name, attribute in private.items()} if private else None
+        )
+        """The private attributes a new instance starts with (None: the model has none)."""
         # a frozen model never adds to its set of fields set (pydantic copies it for a
         # model_copy), so instances that set the same fields can share one: fewer objects
         # for the cyclic garbage collector to walk after a long path is read
@@ -167,6 +177,13 @@ class Constructor(Generic[M]):
             for name, field in fields.items()
             if field.default_factory is not None and self._direct
         }
+
+    def _private_of(self, model: M | None) -> dict[str, Any] | None:
+        """The private attributes of a new instance: a copy of those of ``model`` (the
+        instance it copies), else their defaults; None when the model has none."""
+        if self._private is None:
+            return None
+        return dict((model.__pydantic_private__ if model is not None else None) or self._private)
 
     def _plans(self) -> dict[str, Convert]:
         if self.plans is None:
@@ -226,7 +243,7 @@ class Constructor(Generic[M]):
         _set(model, "__dict__", fields)
         _set(model, "__pydantic_fields_set__", fields_set)
         _set(model, "__pydantic_extra__", None)
-        _set(model, "__pydantic_private__", None)
+        _set(model, "__pydantic_private__", self._private_of(None))
         return model
 
     def __call__(self, data: Any) -> M:
@@ -243,7 +260,7 @@ class Constructor(Generic[M]):
         fields_set = model.__pydantic_fields_set__
         if not fields_set.issuperset(trusted):
             fields_set = fields_set | trusted.keys()
-        return self._copy(fields, fields_set)
+        return self._copy(model, fields, fields_set)
 
     def with_field(self, model: M, name: str, value: Any) -> M:
         """``replaced(model, {name: value})`` for one field (an entry as seen from
@@ -259,13 +276,13 @@ class Constructor(Generic[M]):
         _set(copy, "__dict__", fields)
         _set(copy, "__pydantic_fields_set__", fields_set)
         _set(copy, "__pydantic_extra__", None)
-        _set(copy, "__pydantic_private__", None)
+        _set(copy, "__pydantic_private__", self._private_of(model))
         return copy
 
-    def _copy(self, fields: dict[str, Any], fields_set: set[str]) -> M:
-        """A new instance holding ``fields``. Its set of fields set is ``fields_set``
-        itself only for a frozen model, which never changes it (see ``_fields_set``);
-        any other gets its own."""
+    def _copy(self, model: M, fields: dict[str, Any], fields_set: set[str]) -> M:
+        """A copy of ``model`` holding ``fields`` (and a copy of its private attributes).
+        Its set of fields set is ``fields_set`` itself only for a frozen model, which never
+        changes it (see ``_fields_set``); any other gets its own."""
         copy = self.model.__new__(self.model)
         _set(copy, "__dict__", fields)
         _set(
@@ -274,7 +291,7 @@ class Constructor(Generic[M]):
             fields_set if self._field_sets is not None else set(fields_set),
         )
         _set(copy, "__pydantic_extra__", None)
-        _set(copy, "__pydantic_private__", None)
+        _set(copy, "__pydantic_private__", self._private_of(model))
         return copy
 
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
@@ -303,5 +320,5 @@ class Constructor(Generic[M]):
         _set(model, "__dict__", fields)
         _set(model, "__pydantic_fields_set__", self._fields_set((*data, *trusted)))
         _set(model, "__pydantic_extra__", None)
-        _set(model, "__pydantic_private__", None)
+        _set(model, "__pydantic_private__", self._private_of(None))
         return model

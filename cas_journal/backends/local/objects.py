@@ -857,16 +857,11 @@ class LocalObjectStore(ObjectStore):
         if unpacked and self._window:  # rows a window read already: no second query
             rest: list[str] = []
             for oid in unpacked:
-                kept = self._from_window(oid)
+                kept = self.get_if_read(oid)  # a damaged kept frame: its row is read below
                 if kept is None:
                     rest.append(oid)
-                    continue
-                try:
-                    kind, body = self.codec.decode(oid, kept)
-                except CorruptObject:
-                    retry.append(oid)
-                    continue
-                yield oid, kind, body
+                else:
+                    yield oid, *kept
             unpacked = rest
         limit = self.codec.max_frame_size
         for start in range(0, len(unpacked), _ROWS_PER_QUERY):
