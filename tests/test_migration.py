@@ -1,9 +1,10 @@
-"""Format 1 -> format 2: a store written by the format-1 code opens, whole, with today's code.
+"""Format 1 -> today's format: a store written by the format-1 code opens, whole, with
+today's code (it goes straight to the current format; tests/test_format.py covers 2 -> 3).
 
 ``fixtures/format1/store`` was written by commit c8186ee (``fixtures/format1/make_store.py``);
 ``expected.json`` is what that code read back from it. The migration is also killed at
 every step (file-system calls and SQL statements), and the store must then open as
-format 1 or 2 and hold everything.
+format 1 or the current one and hold everything.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cas_journal.backends.local.migration import (
     parse_ref_file,
     parse_reflog_file,
 )
-from cas_journal.backends.local.store import read_format_version
+from cas_journal.backends.local.store import FORMAT_VERSION, read_format_version
 from cas_journal.maintenance import fsck, gc, pack
 from cas_journal.objects import format_time
 
@@ -86,7 +87,7 @@ def _check_everything(root: Path) -> None:
 def test_a_format_1_store_opens_migrated_and_whole(tmp_path: Path) -> None:
     root = _copy(tmp_path / "s")
     LocalStore(root).close()
-    assert (root / "FORMAT").read_text() == "cas-journal 2\n"
+    assert (root / "FORMAT").read_text() == f"cas-journal {FORMAT_VERSION}\n"
     names = {p.name for p in root.iterdir()}
     assert (
         {"FORMAT", "packs", "store.db"}
@@ -158,14 +159,14 @@ def _kill_points(events: int) -> list[int]:
 
 
 def test_a_migration_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Path) -> None:
-    versions = {1: 0, 2: 0}
+    versions = {1: 0, FORMAT_VERSION: 0}
     kills = 0
     points = _kill_points(_events_of_a_migration(tmp_path))
     for kill_at in points:
         root = _copy(tmp_path / f"k{kill_at}")
         killed = _migrate_killed_at(root, kill_at)
         version = read_format_version(root)
-        assert version in (1, 2), (kill_at, version)
+        assert version in (1, FORMAT_VERSION), (kill_at, version)
         versions[version] += killed
         kills += killed
         if kill_at > 0 and not killed:
@@ -174,7 +175,7 @@ def test_a_migration_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Pat
         _check_everything(root)
         shutil.rmtree(root)
     assert kills >= len(points) - 2
-    assert versions[1] > 0 and versions[2] > 0  # kills landed before and after the switch
+    assert versions[1] > 0 and versions[FORMAT_VERSION] > 0  # kills before and after the switch
 
 
 # -- parsing format-1 files (what the migration reads from disk) ---------------------------

@@ -1,29 +1,43 @@
-"""Format 1 to format 2: the files of a format-1 store become rows of the store database.
+"""Upgrading a store of an older format to the current one (``store.FORMAT_VERSION``).
 
-Format 1 kept one file per loose object (``objects/ab/cdef...``, a zstd frame), per ref
-(``refs/<namespace>/<escaped name>``, the value and a newline) and per reflog
-(``logs/<namespace>/<escaped name>``, JSON lines each preceded by a newline), plus lock
-files under ``locks/``. Packs are the same in both formats and stay where they are.
+What each version changed, and so what an upgrade from it does before the switch:
 
-``migrate`` runs when a store of format 1 is opened for writing, under the maintenance
-lock (so one process migrates; the others wait and then find format 2) and under every
-lock format-1 code takes (its writers', maintenance and ref-stripe locks), so no process
-of an older version changes the store meanwhile. It builds the new database beside the
-old files under a temp name, syncs it, renames it to ``store.db`` and then replaces
-``FORMAT`` ("cas-journal 1" -> "cas-journal 2"): that rename is the switch. Only then
-are the old files removed (``remove_leftovers``, also run on every later open, so a
-removal cut short is finished). A crash before the switch leaves a format-1 store (the
-next open migrates again, starting afresh); a crash after it leaves a format-2 store.
-Processes of an older version that still hold the store open when it is migrated keep
-writing into the old files, which the new format no longer reads: stop them first.
+* Format 1 -> 2: the layout. Format 1 kept one file per loose object (``objects/ab/
+  cdef...``, a zstd frame), per ref (``refs/<namespace>/<escaped name>``, the value and a
+  newline) and per reflog (``logs/<namespace>/<escaped name>``, JSON lines each preceded
+  by a newline), plus lock files under ``locks/``; format 2 keeps them as rows of the
+  store database. Packs are the same in both formats and stay where they are.
+* Format 2 -> 3: nothing in the layout. A format-3 store may hold objects of kind
+  ``segment``, which code of format 2 does not know (it would report them as corrupt), so
+  the version says that older code must not open it. A format-2 store holds no such
+  object: a read-only open reads it as it is (``store.OLDEST_READABLE_VERSION``).
 
-Damage is carried over, not hidden and not fatal: a ref file that does not hold a valid
-value becomes a row holding the raw bytes (reading that ref raises CorruptRef and fsck
-reports it), a reflog line that is valid JSON but not a reflog record becomes a row with
-an invalid time (same), a torn reflog line (cut by a crash; it was never acknowledged) is
-dropped as format 1 itself did, and an object file is copied as it is (fsck verifies it).
-Only regular files are read (never a FIFO, a device or a symlink), each with a bounded
-read.
+``migrate`` runs when a store of an older format is opened for writing, under the
+maintenance lock (so one process migrates; the others wait and then find the current
+format) and, for format 1, under every lock format-1 code takes (its writers',
+maintenance and ref-stripe locks), so no process of an older version changes the store
+meanwhile. A format-1 store gets its database built beside the old files under a temp
+name, synced and renamed to ``store.db``; then, for every older version, ``FORMAT`` is
+replaced (synced, renamed into place, the directory synced: ``store.write_format``) with
+the current version: that rename is the switch, and the one path every upgrade takes (a
+format-1 store goes straight to the current version). Only then are format 1's files
+removed (``remove_leftovers``, also run on every later open, so a removal cut short is
+finished). A crash before the switch leaves the old version (the next open migrates
+again, starting afresh); a crash after it leaves the current one.
+
+Processes of an older version that still hold the store open when it is migrated are not
+stopped by the switch: a format-1 process keeps writing into the old files, which the new
+format no longer reads; a format-2 process keeps working, but reports an object of a
+kind added since as damage (fsck lists it; gc deletes no garbage while it reaches
+damage). Stop them first.
+
+Damage is carried over from format 1, not hidden and not fatal: a ref file that does not
+hold a valid value becomes a row holding the raw bytes (reading that ref raises
+CorruptRef and fsck reports it), a reflog line that is valid JSON but not a reflog record
+becomes a row with an invalid time (same), a torn reflog line (cut by a crash; it was
+never acknowledged) is dropped as format 1 itself did, and an object file is copied as it
+is (fsck verifies it). Only regular files are read (never a FIFO, a device or a symlink),
+each with a bounded read.
 """
 
 from __future__ import annotations
@@ -207,29 +221,37 @@ def _format_1_locks(root: Path) -> Iterator[None]:
 
 
 def migrate(root: Path, max_object_size: int) -> None:
-    """Migrate a format-1 store to format 2 (a no-op if another process did it)."""
-    from .store import FORMAT_FILE, read_format_version, write_format
+    """Upgrade a store of an older format to the current one (a no-op if another process
+    did it): a format-1 store's files become its database, then the switch."""
+    from .store import FORMAT_FILE, FORMAT_VERSION, read_format_version, write_format
 
-    with storage_errors(f"upgrading store {root} to format 2"):
+    with storage_errors(f"upgrading store {root} to format {FORMAT_VERSION}"):
         with maintenance_lock(root / FORMAT_FILE) as held, _format_1_locks(root):
             assert held
             version = read_format_version(root)
-            if version != 1:
-                if version is None:
-                    raise StoreFormatError(f"{root} lost its FORMAT file while upgrading")
+            if version is None:
+                raise StoreFormatError(f"{root} lost its FORMAT file while upgrading")
+            if version >= FORMAT_VERSION:
                 return
-            tmp = root / MIGRATION_FILE
-            _remove_database(tmp)
-            try:
-                _build(root, tmp, ObjectCodec(max_object_size=max_object_size))
-                _remove_database(root / DATABASE_FILE)
-                os.rename(tmp, root / DATABASE_FILE)
-                fsync_dir(root)
-            except BaseException:
-                _remove_database(tmp)
-                raise
-            write_format(root, 2, replace=True)
+            if version == 1:
+                _database_from_format_1(root, ObjectCodec(max_object_size=max_object_size))
+            write_format(root, FORMAT_VERSION, replace=True)  # the switch
         remove_leftovers(root)
+
+
+def _database_from_format_1(root: Path, codec: ObjectCodec) -> None:
+    """Build the database of a format-1 store beside its files and rename it into place
+    (``store.db``, synced; format-1 code never reads it, so this is not yet the switch)."""
+    tmp = root / MIGRATION_FILE
+    _remove_database(tmp)
+    try:
+        _build(root, tmp, codec)
+        _remove_database(root / DATABASE_FILE)
+        os.rename(tmp, root / DATABASE_FILE)
+        fsync_dir(root)
+    except BaseException:
+        _remove_database(tmp)
+        raise
 
 
 def _remove_database(path: Path) -> None:
@@ -239,8 +261,8 @@ def _remove_database(path: Path) -> None:
 
 
 def _build(root: Path, path: Path, codec: ObjectCodec) -> None:
-    """Write the format-2 database of a format-1 store at ``path`` (synced, closed)."""
-    what = f"upgrading {root} to format 2"
+    """Write the database of a format-1 store at ``path`` (synced, closed)."""
+    what = f"upgrading {root} from format 1"
     with database_errors(what):
         create_database(path)
         conn = connect(path, durable=False)
@@ -280,7 +302,7 @@ def _build(root: Path, path: Path, codec: ObjectCodec) -> None:
 
 
 def remove_leftovers(root: Path) -> None:
-    """Remove what format 1 left behind in a format-2 store (after a migration)."""
+    """Remove what format 1 left behind in a migrated store (after a migration)."""
     for name in FORMAT_1_DIRECTORIES:
         path = root / name
         if path.is_dir() and not path.is_symlink():

@@ -1,22 +1,27 @@
 """The embedded local store: a directory, no server.
 
-Layout (format 2)::
+Layout (format 3; format 2 had the same layout)::
 
-    FORMAT                 "cas-journal 2"; a newer version is refused on open
+    FORMAT                 "cas-journal 3"; a newer version is refused on open
     store.db               SQLite database (WAL mode): refs, reflog, objects not yet packed
     store.db-wal, -shm     SQLite's write-ahead log and its index (part of the data)
     packs/pack-*.pack|idx  packed objects and their index
 
-A store of format 1 (a file per loose object, per ref and per reflog) is migrated on
-open (``migration``). A commit (objects, one compare-and-swap, its reflog row and the
-listing-index updates) is one database transaction; concurrent commits of one process
-share one transaction, and with it one fsync (``commits.Committer``). ``durable=True``
-syncs every commit (``synchronous=FULL``); ``durable=False`` survives a killed process,
-not a power loss (``synchronous=NORMAL``). The store's two locks are described in
-``locks``; SQLite's own locks die with their process.
+A store of an older format is upgraded when opened for writing (``migration``): format 1
+(a file per loose object, per ref and per reflog) gets its database, format 2 (today's
+layout, but no object of a kind added in format 3) only its new ``FORMAT``.
+
+A commit (objects, one compare-and-swap, its reflog row and the listing-index updates) is
+one database transaction; concurrent commits of one process share one transaction, and
+with it one fsync (``commits.Committer``). ``durable=True`` syncs every commit
+(``synchronous=FULL``); ``durable=False`` survives a killed process, not a power loss
+(``synchronous=NORMAL``). The store's two locks are described in ``locks``; SQLite's own
+locks die with their process.
 
 ``read_only=True`` opens an existing store for commands that only read (fsck, a dry-run
-gc): nothing is created, migrated or written (a write raises StorageError).
+gc): nothing is created, migrated or written (a write raises StorageError). A format-2
+store opens read-only as it is (its layout is today's); a format-1 store must be opened
+for writing once.
 """
 
 from __future__ import annotations
@@ -60,7 +65,10 @@ if TYPE_CHECKING:
 
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""The store format this code writes: format 3 may hold objects of kind ``segment``."""
+OLDEST_READABLE_VERSION = 2
+"""The oldest format a read-only open reads without upgrading (older ones need a writer)."""
 PACKS_DIR = "packs"
 LINKED_ATTEMPTS = 3
 """Commits tried before a linked object whose row keeps vanishing counts as missing."""
@@ -85,6 +93,18 @@ def read_format_version(root: Path) -> int | None:
     version = parse_format_record(text)
     if version is None:
         raise StoreFormatError(f"{root} has an unreadable {FORMAT_FILE} file: {text[:60]!r}")
+    return version
+
+
+def _readable_version(root: Path, version: int | None) -> int:
+    """``version`` if this code reads it; StoreFormatError for a newer one (or none)."""
+    if version is None:
+        raise StoreFormatError(f"{root} lost its {FORMAT_FILE} file while being opened")
+    if version > FORMAT_VERSION:
+        raise StoreFormatError(
+            f"store {root} has format {version}; this cas-journal reads up to "
+            f"{FORMAT_VERSION}. Upgrade cas-journal to open it."
+        )
     return version
 
 
@@ -126,15 +146,15 @@ def write_format(root: Path, version: int, replace: bool) -> None:
     fsync_dir(root)
 
 
-_FORMAT_2_ENTRIES = frozenset({FORMAT_FILE, *_INIT_LEFTOVERS})
+_STORE_ENTRIES = frozenset({FORMAT_FILE, *_INIT_LEFTOVERS})
 
 
 def _unexpected_entries(root: Path) -> bool:
-    """True if ``root`` holds anything besides a format-2 store's own files: then
+    """True if ``root`` holds anything besides the store's own files: then
     ``migration.remove_leftovers`` looks for what a migration left behind (a store that
     holds nothing else never imports the migration code)."""
     with os.scandir(root) as entries:
-        return any(entry.name not in _FORMAT_2_ENTRIES for entry in entries)
+        return any(entry.name not in _STORE_ENTRIES for entry in entries)
 
 
 def _interrupted_init(root: Path) -> bool:
@@ -178,8 +198,8 @@ def _check_unused_database(root: Path) -> None:
 
 
 def create_store(root: Path) -> None:
-    """Create an empty format-2 store in ``root`` (made if missing, else empty or left by
-    an interrupted init). Concurrent creators are serialised by an flock on ``root``; the
+    """Create an empty store of the current format in ``root`` (made if missing, else empty
+    or left by an interrupted init). Concurrent creators are serialised by an flock on ``root``; the
     FORMAT file is published last, so a crash at any point leaves a directory that the
     next attempt accepts."""
     root.mkdir(parents=True, exist_ok=True)
@@ -218,7 +238,10 @@ def create_store(root: Path) -> None:
 
 
 class LocalStore(Store):
-    """A store in a local directory (created if missing unless ``create=False``)."""
+    """A store in a local directory (created if missing unless ``create=False``).
+
+    ``format_version`` is the store's format once open: ``FORMAT_VERSION``, or an older
+    readable one for a store opened read-only without upgrading."""
 
     capabilities = Capabilities(atomic_commit=True, object_times=True, stored_copies=True)
 
@@ -245,24 +268,22 @@ class LocalStore(Store):
                     raise StoreFormatError(f"{self.root} is a file, not a store directory")
                 create_store(self.root)
                 version = read_format_version(self.root)
-            if version is not None and version > FORMAT_VERSION:
-                raise StoreFormatError(
-                    f"store {self.root} has format {version}; this cas-journal reads up to "
-                    f"{FORMAT_VERSION}. Upgrade cas-journal to open it."
-                )
-            if version is not None and version < FORMAT_VERSION:
-                if read_only:
-                    raise StoreFormatError(
-                        f"store {self.root} has format {version} and must be upgraded once: "
-                        "open it writable (any command that writes does it)"
-                    )
+            version = _readable_version(self.root, version)
+            if version < FORMAT_VERSION and not read_only:
                 from .migration import migrate
 
                 migrate(self.root, max_object_size)
+                version = _readable_version(self.root, read_format_version(self.root))
+            elif version < OLDEST_READABLE_VERSION:
+                raise StoreFormatError(
+                    f"store {self.root} has format {version} and must be upgraded once: "
+                    "open it writable (any command that writes does it)"
+                )
             elif not read_only and _unexpected_entries(self.root):
                 from .migration import remove_leftovers
 
                 remove_leftovers(self.root)
+        self.format_version = version
         check_database_files(self.root)
         self.db = Database(self.root / DATABASE_FILE, durable, read_only)
         with database_errors(f"opening store {self.root}", StoreFormatError):

@@ -1,8 +1,14 @@
 """The S3 store: opening (or creating) a store under a bucket prefix, and its FORMAT key.
 
 Opening reads ``<prefix>/FORMAT`` ("cas-journal <version>") and refuses newer versions,
-like the local store. Creating refuses a prefix that already holds other keys, and writes
-FORMAT with ``If-None-Match: *`` so two processes creating one store agree. Then, unless
+like the local store. Format 2 differs from format 1 only in what it may hold: objects of
+kind ``segment``, which format-1 code does not know. Opening a format-1 store upgrades it:
+its FORMAT is rewritten with ``If-Match`` the ETag just read (nothing else changes), so
+of two upgraders one wins and the other finds format 2; with read-only credentials the
+rewrite is refused and the store is read as it is (a format-1 store holds no new kind).
+
+Creating refuses a prefix that already holds other keys, and writes FORMAT with
+``If-None-Match: *`` so two processes creating one store agree. Then, unless
 ``check_conditional_writes=False``, two conditional writes to FORMAT that must fail
 (``If-None-Match: *`` and a wrong ``If-Match``) prove the server enforces conditions: a
 server that silently ignores them would turn every ref compare-and-swap into a blind
@@ -32,7 +38,8 @@ from .objects import S3ObjectStore
 from .refs import S3RefStore
 
 FORMAT_NAME = "cas-journal"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The bucket format this code writes: format 2 may hold objects of kind ``segment``."""
 _WRONG_ETAG = '"00000000000000000000000000000000"'
 
 
@@ -58,6 +65,9 @@ class S3Store(Store):
     """
 
     capabilities = Capabilities(object_times=True, stored_copies=True, condemns_packs=True)
+    format_version: int
+    """The store's format once open: ``FORMAT_VERSION``, or format 1 read as it is with
+    credentials that may not upgrade it."""
 
     def __init__(
         self,
@@ -122,7 +132,8 @@ class S3Store(Store):
     def _format_text(self) -> bytes:
         return f"{FORMAT_NAME} {FORMAT_VERSION}\n".encode()
 
-    def _read_format(self) -> int | None:
+    def _read_format(self) -> tuple[int, str] | None:
+        """``(version, etag)`` of the FORMAT key, or None if there is none."""
         try:
             found = self.bucket.get(self.layout.format_key, f"opening store {self.url}", 256)
         except OversizedBody:
@@ -132,11 +143,39 @@ class S3Store(Store):
         version = parse_format_record(found[0])
         if version is None:
             raise StoreFormatError(f"{self.url} has an unreadable FORMAT key: {found[0][:60]!r}")
-        return version
+        return version, found[1]
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"store {self.url} has format {version}; this cas-journal reads up to "
+                f"{FORMAT_VERSION}. Upgrade cas-journal to open it."
+            )
+
+    def _upgrade(self, version: int, etag: str) -> int:
+        """Rewrite an older FORMAT (``If-Match`` its ETag); the version found afterwards.
+        Losing to another upgrader is fine; read-only credentials keep the old version."""
+        try:
+            self.bucket.put(
+                self.layout.format_key,
+                self._format_text(),
+                f"upgrading store {self.url} to format {FORMAT_VERSION}",
+                if_match=etag,
+            )
+            return FORMAT_VERSION
+        except AccessDenied:
+            return version  # read-only credentials: read it as it is
+        except PreconditionLost:
+            pass  # changed since we read it (another upgrader): read it again
+        found = self._read_format()
+        if found is None:
+            raise StoreFormatError(f"{self.url} lost its FORMAT key while being upgraded")
+        self._refuse_newer(found[0])
+        return found[0]
 
     def _open(self, create: bool) -> None:
-        version = self._read_format()
-        if version is None:
+        found = self._read_format()
+        if found is None:
             if not create:
                 raise StoreFormatError(
                     f"no cas-journal store at {self.url} (create one with 'cas-journal init')"
@@ -150,14 +189,19 @@ class S3Store(Store):
                     f"creating store {self.url}",
                     if_none_match=True,
                 )
-                version = FORMAT_VERSION
+                self.format_version = FORMAT_VERSION
+                return
             except PreconditionLost:  # another process created it first
-                version = self._read_format()
-        if version is not None and version > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"store {self.url} has format {version}; this cas-journal reads up to "
-                f"{FORMAT_VERSION}. Upgrade cas-journal to open it."
-            )
+                found = self._read_format()
+                if found is None:
+                    raise StoreFormatError(
+                        f"{self.url} lost its FORMAT key while created"
+                    ) from None
+        version, etag = found
+        self._refuse_newer(version)
+        if version < FORMAT_VERSION:
+            version = self._upgrade(version, etag)
+        self.format_version = version
 
     def _check_conditional_writes(self) -> None:
         key, what = self.layout.format_key, f"checking conditional writes on {self.url}"
