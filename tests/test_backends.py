@@ -740,6 +740,7 @@ def test_a_commit_between_gc_marking_and_sweeping_is_kept(tmp_path):
     from cas_journal.maintenance import fsck, gc, pack
 
     j = cj.Journal.open(tmp_path / "s", durable=False)
+    j.checkpoints.segments = False  # the chain _checkpoint_commit reuses
     messages = [{"role": "user", "content": f"m{i}"} for i in range(8)]
     j.checkpoints.save(cj.Checkpoint(run_id="gone", iteration=1, messages=messages[:3]))
     pack(j.store)

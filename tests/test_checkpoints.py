@@ -135,7 +135,8 @@ def test_list_is_newest_first_and_reads_no_messages(j):
     assert counter.reads[Kind.CHECKPOINT] == 3
 
 
-def test_next_iteration_stores_only_new_messages(j):
+def test_next_iteration_stores_only_new_messages_as_a_chain(j):
+    j.checkpoints.segments = False  # runs saved before segments (see test_segments.py)
     messages = [{"role": "user", "content": f"message number {i} " * 20} for i in range(100)]
     j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages, system_prompt="S"))
     before = stored(j)
@@ -291,9 +292,11 @@ EQUAL_BUT_DIFFERENT = [
 ]
 
 
+@pytest.mark.parametrize("segments", [False, True])
 @pytest.mark.parametrize(("before", "after"), EQUAL_BUT_DIFFERENT)
-def test_the_memo_tells_apart_values_that_compare_equal(before, after):
+def test_the_memo_tells_apart_values_that_compare_equal(before, after, segments):
     j = cj.Journal.memory()
+    j.checkpoints.segments = segments
     first = [{"role": "user", "content": "q"}, {"v": before, "deep": [{"w": before}]}]
     second = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": before}]}]
     third = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": after}]}]
@@ -301,9 +304,12 @@ def test_the_memo_tells_apart_values_that_compare_equal(before, after):
         j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
         loaded = j.checkpoints.load("r").messages
         assert typed(loaded) == typed(messages)  # 1 / 1.0 / True / -0.0 told apart
-        fresh = cj.Journal.memory()  # the same list saved with no memo: the same chain
-        fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
-        assert chain_of(j, "r") == chain_of(fresh, "r")
+        assert typed(cj.Journal(j.store).checkpoints.load("r").messages) == typed(messages)
+        if not segments:  # the same list saved with no memo: the same chain
+            fresh = cj.Journal.memory()
+            fresh.checkpoints.segments = False
+            fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
+            assert chain_of(j, "r") == chain_of(fresh, "r")
 
 
 def test_nan_is_refused_even_where_none_was_saved(j):
@@ -322,11 +328,13 @@ def test_nan_is_refused_even_where_none_was_saved(j):
 )
 def test_memo_saves_store_the_chain_a_memoless_save_stores(lists):
     j = cj.Journal.memory()
-    grown: list[dict] = []
+    j.checkpoints.segments = False  # a chain is one per list; segments are not (see
+    grown: list[dict] = []  # test_segments.py for their round trip against a model)
     for i, extra in enumerate(lists):
         grown = grown[: len(grown) // 2] + extra if i % 2 else grown + extra
         j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=grown))
         fresh = cj.Journal.memory()
+        fresh.checkpoints.segments = False
         fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=grown))
         assert chain_of(j, "r") == chain_of(fresh, "r")
         assert j.checkpoints.load("r").messages == grown
@@ -356,9 +364,12 @@ def test_a_third_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatch
     assert images == []  # a chain loaded once (a new process restoring a run) is not imaged
     assert typed(j.checkpoints.load("r").messages) == typed(messages)
     assert images == [1]
+    from cas_journal.objects import nodes
+
     parses: list[int] = []
-    real = chains.parse_json
-    monkeypatch.setattr(chains, "parse_json", lambda *a, **k: parses.append(1) or real(*a, **k))
+    real = chains.parse_json_exact
+    for module in (chains, nodes):  # chain messages and segments
+        monkeypatch.setattr(module, "parse_json_exact", lambda b: parses.append(1) or real(b))
     counter = ReadCounter(j)
     second = j.checkpoints.load("r").messages
     assert typed(second) == typed(first) == typed(messages)
@@ -436,9 +447,11 @@ def test_a_new_process_reads_a_run_stored_as_rows_in_few_queries(tmp_path):
 
 
 def _rows_run(root, count: int = 40) -> list[dict]:
-    """A run saved one message per iteration into a local store (rows, not packed)."""
+    """A run saved one message per iteration into a local store (rows, not packed), as
+    a message chain (how runs were saved before segments)."""
     messages: list[dict] = []
     with cj.Journal.open(root, durable=False) as j:
+        j.checkpoints.segments = False
         for i in range(count):
             messages = [*messages, {"role": "user", "content": f"message {i} " + "x" * 40}]
             j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))

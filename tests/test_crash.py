@@ -100,6 +100,7 @@ def test_gc_keeps_what_a_young_unreachable_object_references(tmp_path: Path) -> 
     reusing that chain (save freshens only the last shared node) became unloadable."""
     messages = [{"role": "user", "content": f"m{i}"} for i in range(3)]
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = False  # a run saved as a chain (test_segments: segments)
         j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:2]))
         j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=2, messages=messages))
         j.checkpoints.delete("a")
@@ -146,6 +147,7 @@ def test_gc_killed_mid_sweep_keeps_garbage_closed(tmp_path: Path) -> None:
     for k in range(1, 60):
         store = tmp_path / f"s{k}"
         with cj.Journal.open(store, durable=False) as j:
+            j.checkpoints.segments = False  # a chain: 21 objects, each a kill point
             j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:10]))
             j.checkpoints.delete("a")
         if not _gc_killed_at_delete(store, k):

@@ -19,6 +19,7 @@ from cas_journal.objects import (
     Kind,
     MessageNode,
     ObjectCodec,
+    SegmentNode,
     ThreadStateNode,
     TreeNode,
     canonical_json,
@@ -35,6 +36,7 @@ NODE_TYPES = {
     "checkpoint": CheckpointNode,
     "message": MessageNode,
     "tree": TreeNode,
+    "segment": SegmentNode,
 }
 
 

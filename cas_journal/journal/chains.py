@@ -1,24 +1,40 @@
-"""A checkpoint's message chain, and the memo that makes saving it cost O(new messages).
+"""A checkpoint's message list as stored, and the memo that makes saving it cost O(new
+messages).
 
-A run's message list is stored as a chain of message nodes (each: the message blob and
-the previous node). Saving iteration k+1 must not re-encode and re-hash the k messages it
-shares with iteration k, so ``ChainMemo`` remembers, for a checkpoint of the run, each
-message's stored node, canonical bytes and a *snapshot*: a copy of the message's dicts
-and lists (nobody else holds them, so changing a saved message in place cannot change
-its snapshot) that shares the message's strings and numbers. A new list is compared with
-the snapshots in one C-level list comparison, which meets the shared strings by identity
-and so costs a few hash lookups per message, not a byte comparison; only the messages
-after the first difference are encoded and hashed.
+A run's list is a **segment**: an object holding the messages one save added, inline,
+after the first ``keep`` messages of an older list (its ``base``: another segment, or the
+last node of a message chain, as runs saved before segments have). A save whose list
+shares its first p messages with the memo's writes one segment with ``keep = p`` on the
+*smallest* stored list of the memo's chain that holds those p messages (so a load never
+reads a segment that contributes nothing), or several chained segments when the new
+messages would make a body over ``SEGMENT_BYTES``; when nothing is new and a stored
+list is exactly the p messages, the checkpoint points at it and nothing is written.
+Stores whose format predates segments get message-chain nodes (message blob + previous
+node) instead. A load walks from the list's object towards its start, reading each
+segment once (its one JSON parse gives its messages) and stopping once every message is
+gathered; a segment keeping more messages than its base's list holds is a CorruptObject.
+
+Saving iteration k+1 must not re-encode and re-hash the k messages it shares with
+iteration k, so ``ChainMemo`` remembers, for a checkpoint of the run, the list's messages
+as stored bytes (``Part``), the stored objects that spell its prefixes (``Stop``s for
+segments, ``nodes`` for a chain) and a *snapshot* of each message: a copy of the
+message's dicts and lists (nobody else holds them, so changing a saved message in place
+cannot change its snapshot) that shares the message's strings and numbers. A new list is
+compared with the snapshots in one C-level list comparison, which meets the shared
+strings by identity and so costs a few hash lookups per message, not a byte comparison;
+only the messages after the first difference are encoded.
 
 The comparison is exact. ``==`` alone says 1 == 1.0 == True and 0.0 == -0.0, which encode
 differently, so every number of a snapshot is also checked for its exact type (and a
 float's sign). NaN equals nothing, so a NaN is always encoded (and refused); a message
 holding anything but str-keyed dicts, lists, tuples, str, int, float, bool and None gets
-no snapshot and is always encoded. A miss costs time, never correctness.
+no snapshot and is always encoded. A miss costs time, never correctness. Parsing stays
+exact for integers beyond 64 bits (``parse_json_exact``).
 
-A memo is built from the stored chain when a process first saves or loads a run (one
-read of the chain; its snapshots are then parsed copies, replaced by shared ones as the
-caller's messages match them), so it survives reopening the store.
+A memo is built from the stored list when a process first saves or loads a run (one
+read of the list; its snapshots are parsed from the stored bytes when a save first needs
+them, and replaced by shared ones as the caller's messages match them), so it survives
+reopening the store.
 
 ``MessagesImage`` keeps a loaded message list for fresh copies: its dicts and lists
 pickled (in memory only, never stored or read from anywhere), its strings of
@@ -33,18 +49,14 @@ import io
 import math
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, cast
 
 from ..backends import NewObject
 from ..errors import CorruptObject, InvalidInputError, ObjectNotFound
-from ..objects import Kind, MessageNode, canonical_json, object_id
-from ..objects.canonical import (
-    canonical_json_of_plain,
-    parse_json,
-    parse_json_noting_long_ints,
-)
+from ..objects import Kind, MessageNode, SegmentNode, canonical_json, object_id, segment_body
+from ..objects.canonical import canonical_json_of_plain, parse_json_exact
 from .nearby import NearbyObjects
 
 Path = tuple[str | int, ...]
@@ -120,36 +132,88 @@ def _numbers_match(message: Any, numbers: tuple[Number, ...]) -> bool:
     return True
 
 
+SEGMENT_BYTES = 1024 * 1024
+"""A save's new messages go into one segment whose body stays under this size, or into
+several chained segments when they do not fit (a message longer than this gets a segment
+of its own, which the store refuses only beyond its ``max_object_size``, as it would
+refuse the message as a blob). 1 MiB keeps a segment far under every store's object size
+limit and a load's read of one segment short, and a typical save (a few messages of a
+few KiB) far under it."""
+_SEGMENT_OVERHEAD = 200
+"""Bytes of a segment body besides its messages and their commas, at most."""
+
+
 @dataclass(slots=True)
 class Link:
-    """One stored message of a chain: its node and canonical bytes, where its numbers are
-    and whether one is an integer beyond 64 bits (None: not known yet)."""
+    """One stored message of a chain: its node and canonical bytes."""
 
     node: str
     body: bytes
-    numbers: tuple[Number, ...] = ()
-    long_ints: bool | None = None
 
 
-def link_weight(link: Link) -> int:
-    """Roughly the bytes a link and its snapshot hold."""
-    return 3 * len(link.body) + 300
+@dataclass(slots=True)
+class Stop:
+    """A stored segment of a memo's chain: its list holds ``length`` messages, of which
+    the first ``agreed`` are the memo's first (a later segment may keep fewer)."""
+
+    oid: str
+    length: int
+    agreed: int
+
+
+@dataclass(slots=True)
+class Part:
+    """Consecutive messages of a memo's list as stored bytes: the first ``count`` of a
+    segment's messages (``segment``: ``text`` is its body), or of the JSON array
+    ``text`` (messages read from a message chain, or about to be)."""
+
+    text: bytes
+    count: int
+    segment: bool
+    source: str
+    """The object the messages were read from (named by errors)."""
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The part's messages, freshly parsed."""
+        if self.segment:
+            return SegmentNode.parse(self.text, self.source).messages[: self.count]
+        try:
+            value = parse_json_exact(self.text)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CorruptObject("checkpoint message is not JSON", self.source) from exc
+        if type(value) is not list or not all(type(item) is dict for item in value):
+            raise CorruptObject("checkpoint message is not a JSON object", self.source)
+        return cast(list[dict[str, Any]], value[: self.count])
+
+
+def _part_weight(part: Part) -> int:
+    return 3 * len(part.text) + 64
 
 
 @dataclass(slots=True)
 class ChainMemo:
-    """The chain of one checkpoint of a run: ``links[i]`` is its message ``i`` and
-    ``snapshots[i]`` what a new message ``i`` is compared with."""
+    """The message list of one checkpoint of a run, as stored: what a save compares a
+    new list with and builds on (see the module docstring)."""
 
     checkpoint: str | None
-    """The checkpoint whose chain this is (None: the run has none yet)."""
-    links: list[Link] = field(default_factory=list)
+    """The checkpoint whose list this is (None: the run has none yet)."""
+    parts: list[Part] = field(default_factory=list)
+    """The list's messages as stored bytes, first message first."""
+    nodes: list[str] = field(default_factory=list)
+    """The message-chain node ending at each of the first ``len(nodes)`` positions (a run
+    saved before segments; a prefix of the list, possibly all of it)."""
+    stops: list[Stop] = field(default_factory=list)
+    """The segments of the list's chain, the one nearest the chain's start first; their
+    ``agreed`` lengths never decrease along it, and the last one's is the list's length."""
     prompt: str | None = None
     """The checkpoint's system prompt blob."""
     weight: int = -1
     """Roughly the bytes this memo holds (computed if not given)."""
     snapshots: list[Any] | None = None
-    """None until first needed (a memo read from the store parses them then)."""
+    """What a new message ``i`` is compared with; None until first needed (a memo read
+    from the store parses them then)."""
+    numbers: list[tuple[Number, ...]] = field(default_factory=list)
+    """Where each snapshot's numbers are, with their exact types."""
     numbered: list[int] = field(default_factory=list)
     """The positions of the messages that hold numbers (their types are checked)."""
     parsed: int = 0
@@ -158,44 +222,72 @@ class ChainMemo:
 
     def __post_init__(self) -> None:
         if self.weight < 0:
-            self.weight = sum(map(link_weight, self.links))
+            self.weight = (
+                sum(map(_part_weight, self.parts)) + 300 * self.length + 80 * len(self.nodes)
+            )
+
+    @property
+    def length(self) -> int:
+        """How many messages the list holds."""
+        return self.stops[-1].agreed if self.stops else len(self.nodes)
+
+    def holds(self, oid: str, kind: Kind, count: int) -> bool:
+        """True if the list of ``oid`` (a segment or a chain's last node) holding ``count``
+        messages is this list or a prefix of it that the memo knows stored as ``oid``."""
+        if kind is Kind.MESSAGE:
+            return 0 < count <= len(self.nodes) and self.nodes[count - 1] == oid
+        return any(s.oid == oid and s.length == count <= s.agreed for s in self.stops)
+
+    def messages(self, count: int) -> list[dict[str, Any]]:
+        """The first ``count`` messages of the list, freshly parsed."""
+        out: list[dict[str, Any]] = []
+        for part in self.parts:
+            if len(out) >= count:
+                break
+            out += part.messages()
+        del out[count:]
+        return out
 
     def ensure_snapshots(self) -> list[Any]:
         """The snapshots, parsed from the stored bytes if not made yet."""
         if self.snapshots is None:
-            snapshots, numbered = [], []
-            for index, link in enumerate(self.links):
-                copy, link.numbers, link.long_ints = snapshot(parse_json(link.body))
+            snapshots, numbers, numbered = [], [], []
+            for index, message in enumerate(self.messages(self.length)):
+                copy, found, _ = snapshot(message)
                 snapshots.append(copy)
-                if link.numbers:
+                numbers.append(found)
+                if found:
                     numbered.append(index)
-            self.snapshots, self.numbered, self.parsed = snapshots, numbered, len(snapshots)
+            self.snapshots, self.numbers, self.numbered = snapshots, numbers, numbered
+            self.parsed = len(snapshots)
         return self.snapshots
 
 
 @dataclass(slots=True)
-class EncodedChain:
-    """A message list as a chain: its memo-to-be, and the objects not stored yet."""
+class EncodedSave:
+    """A message list as a save writes it: its memo-to-be, the objects not stored yet
+    and the object the checkpoint names."""
 
     memo: ChainMemo
-    """The chain as a memo (its checkpoint still unknown)."""
+    """The list as a memo (its checkpoint still unknown)."""
     objects: list[NewObject]
-    shared: int
-    """How many leading links came from the memo (already stored)."""
+    target: tuple[str, Kind] | None
+    """The segment or chain node spelling the list (None: no messages)."""
+    reused: str | None
+    """The stored object the new objects (or the checkpoint) build on, if any."""
 
     @property
-    def links(self) -> list[Link]:
-        """The chain's links, first message first."""
-        return self.memo.links
+    def count(self) -> int:
+        """How many messages the list holds."""
+        return self.memo.length
 
-    @property
-    def last(self) -> str | None:
-        """The last node (what a checkpoint points at), None for no messages."""
-        return self.memo.links[-1].node if self.memo.links else None
+    def oid_of(self, kind: Kind) -> str | None:
+        """The target's oid if it is of ``kind``, else None."""
+        return self.target[0] if self.target is not None and self.target[1] is kind else None
 
 
 def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
-    """How many leading messages encode exactly as the memo's leading links."""
+    """How many leading messages encode exactly as the memo's leading ones."""
     snapshots = memo.ensure_snapshots()
     count = min(len(messages), len(snapshots))
     if list(messages[:count]) != snapshots[:count]:  # one C-level comparison, usually
@@ -203,47 +295,150 @@ def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
     for index in memo.numbered:
         if index >= count:
             break
-        if not _numbers_match(messages[index], memo.links[index].numbers):
+        if not _numbers_match(messages[index], memo.numbers[index]):
             return index
     return count
 
 
-def encode_chain(messages: Sequence[Any], memo: ChainMemo) -> EncodedChain:
-    """The chain of ``messages``, reusing the memo's links up to the first difference and
-    encoding (once) only the messages after it."""
+def _truncated_parts(parts: list[Part], count: int, length: int) -> list[Part]:
+    """The parts holding the first ``count`` of their ``length`` messages (the last one
+    shortened)."""
+    if count == length:
+        return list(parts)  # the usual save: nothing dropped, one C-level copy
+    out: list[Part] = []
+    left = count
+    for part in parts:
+        if left <= 0:
+            break
+        out.append(part if part.count <= left else replace(part, count=left))
+        left -= part.count
+    return out
+
+
+def _chunks(bodies: list[bytes], limit: int) -> list[list[bytes]]:
+    """``bodies`` cut into runs whose segment bodies stay under ``limit`` bytes."""
+    chunks: list[list[bytes]] = [[]]
+    size = _SEGMENT_OVERHEAD
+    for body in bodies:
+        if chunks[-1] and size + len(body) + 1 > limit:
+            chunks.append([])
+            size = _SEGMENT_OVERHEAD
+        chunks[-1].append(body)
+        size += len(body) + 1
+    return chunks
+
+
+def encode_save(
+    messages: Sequence[Any], memo: ChainMemo, segments: bool = True, limit: int | None = None
+) -> EncodedSave:
+    """The objects a save of ``messages`` writes on top of ``memo``'s list, encoding (once)
+    only the messages after the first difference.
+
+    With ``segments`` the new messages go into segments (see the module docstring);
+    without (a store whose format predates segments) into message-chain nodes, which
+    can only extend a chain: a list whose kept prefix the memo holds in segments is then
+    written whole. ``limit`` caps a segment's body (default ``SEGMENT_BYTES``)."""
+    if limit is None:
+        limit = SEGMENT_BYTES
     if not all(map(isinstance, messages, repeat(dict))):
         index = next(i for i, message in enumerate(messages) if not isinstance(message, dict))
         raise InvalidInputError(f"message {index} is not a JSON object")
     shared = _shared_prefix(messages, memo)
+    if not segments and shared > len(memo.nodes):
+        return encode_save(messages, ChainMemo(None), segments, limit)
     assert memo.snapshots is not None
-    links, snapshots = memo.links[:shared], memo.snapshots[:shared]
+    snapshots, numbers = memo.snapshots[:shared], memo.numbers[:shared]
     numbered = [index for index in memo.numbered if index < shared]
     for index in range(min(memo.parsed, shared)):  # share the caller's leaves from now on
         snapshots[index] = snapshot(messages[index])[0]
-    weight = memo.weight if shared == len(memo.links) else sum(map(link_weight, links))
-    parent = links[-1].node if links else None
-    objects: list[NewObject] = []
+    bodies: list[bytes] = []
     for message in messages[shared:]:
-        copy, numbers, long_ints = snapshot(message)  # refuses keys that are not strings
-        if copy is UNMATCHABLE or long_ints or any(kind is float for _, kind, _ in numbers):
-            body = canonical_json(message)
+        copy, found, long_ints = snapshot(message)  # refuses keys that are not strings
+        if copy is UNMATCHABLE or long_ints or any(kind is float for _, kind, _ in found):
+            bodies.append(canonical_json(message))
         else:  # the snapshot walked it: plain JSON, encoded without a second walk
-            body = canonical_json_of_plain(message)
+            bodies.append(canonical_json_of_plain(message))
+        if found:
+            numbered.append(len(snapshots))
+        snapshots.append(copy)
+        numbers.append(found)
+    parts = _truncated_parts(memo.parts, shared, memo.length)
+    nodes = memo.nodes[:shared]
+    stops: list[Stop] = []
+    target: tuple[str, Kind] | None = None
+    if shared > len(nodes):  # the smallest stored list agreeing on the kept prefix
+        at = next(i for i, stop in enumerate(memo.stops) if stop.agreed >= shared)
+        base = memo.stops[at]
+        stops = [*memo.stops[:at], Stop(base.oid, base.length, shared)]
+        target = (base.oid, Kind.SEGMENT)
+        current_length = base.length
+    elif shared:
+        target = (nodes[-1], Kind.MESSAGE)
+        current_length = shared
+    reused = target[0] if target else None
+    objects: list[NewObject] = []
+    if bodies or (target is not None and current_length != shared):
+        if segments:
+            target = _write_segments(bodies, shared, target, limit, objects, parts, stops)
+        else:
+            target = _write_chain(bodies, target, objects, parts, nodes)
+    weight = -1  # computed from the parts, unless the memo's list was kept whole
+    if shared == memo.length and len(nodes) == len(memo.nodes):
+        added = parts[len(memo.parts) :]
+        weight = memo.weight + sum(map(_part_weight, added)) + 300 * len(bodies)
+    memo = ChainMemo(None, parts, nodes, stops, None, weight, snapshots, numbers, numbered)
+    return EncodedSave(memo, objects, target, reused)
+
+
+def _write_segments(
+    bodies: list[bytes],
+    keep: int,
+    below: tuple[str, Kind] | None,
+    limit: int,
+    objects: list[NewObject],
+    parts: list[Part],
+    stops: list[Stop],
+) -> tuple[str, Kind]:
+    """Segments holding ``bodies`` on top of the first ``keep`` messages of ``below``;
+    their objects, parts and stops appended to the lists given; returns the last."""
+    for chunk in _chunks(bodies, limit):
+        base = below[0] if below is not None and below[1] is Kind.SEGMENT else None
+        chain = below[0] if below is not None and below[1] is Kind.MESSAGE else None
+        body = segment_body(chunk, keep, base, chain)
+        oid = object_id(Kind.SEGMENT, body)
+        objects.append(NewObject(oid, Kind.SEGMENT, body))
+        parts.append(Part(body, len(chunk), True, oid))
+        keep += len(chunk)
+        stops.append(Stop(oid, keep, keep))
+        below = (oid, Kind.SEGMENT)
+    assert below is not None
+    return below
+
+
+def _write_chain(
+    bodies: list[bytes],
+    below: tuple[str, Kind] | None,
+    objects: list[NewObject],
+    parts: list[Part],
+    nodes: list[str],
+) -> tuple[str, Kind] | None:
+    """Message-chain nodes (and message blobs) for ``bodies`` after node ``below``."""
+    parent = below[0] if below is not None else None
+    for body in bodies:
         blob = object_id(Kind.BLOB, body)
         node_body = MessageNode(blob, parent).body()
         parent = object_id(Kind.MESSAGE, node_body)
         objects += [NewObject(blob, Kind.BLOB, body), NewObject(parent, Kind.MESSAGE, node_body)]
-        if numbers:
-            numbered.append(len(links))
-        links.append(Link(parent, body, numbers, long_ints))
-        snapshots.append(copy)
-        weight += link_weight(links[-1])
-    return EncodedChain(ChainMemo(None, links, None, weight, snapshots, numbered), objects, shared)
+        nodes.append(parent)
+    if bodies:
+        parts.append(Part(b"[" + b",".join(bodies) + b"]", len(bodies), False, parent or ""))
+    return None if parent is None else (parent, Kind.MESSAGE)
 
 
-def read_chain(objects: NearbyObjects, last: str | None, count: int) -> list[Link]:
+def read_chain(objects: NearbyObjects, last: str, count: int | None) -> list[Link]:
     """The links of the chain ending at ``last``, first message first; CorruptObject if
-    the chain does not hold ``count`` messages (or a link is not the kind it must be).
+    the chain does not hold ``count`` messages (None: any number), or a link is not the
+    kind it must be.
 
     One walk from the last node: each node's message is picked up on the way when the
     read of a node brought it at no cost (a pack block split for a node holds the
@@ -255,9 +450,9 @@ def read_chain(objects: NearbyObjects, last: str | None, count: int) -> list[Lin
     bodies: dict[str, bytes] = {}
     get, get_if_read, parse = objects.get, objects.get_if_read, MessageNode.parse
     message_kind, blob_kind = Kind.MESSAGE, Kind.BLOB
-    current = last
+    current: str | None = last
     while current is not None:
-        if len(nodes) >= count:
+        if count is not None and len(nodes) >= count:
             raise CorruptObject(f"message chain is longer than the {count} it claims", last)
         kind, body = get(current)
         if kind is not message_kind:
@@ -273,7 +468,7 @@ def read_chain(objects: NearbyObjects, last: str | None, count: int) -> list[Lin
                     raise CorruptObject(f"expected a blob, found a {found[0].value}", blob)
                 bodies[blob] = found[1]
         current = link.parent
-    if len(nodes) != count:
+    if count is not None and len(nodes) != count:
         raise CorruptObject(f"message chain has {len(nodes)} links, expected {count}", last)
     nodes.reverse()
     blobs.reverse()
@@ -289,21 +484,80 @@ def read_chain(objects: NearbyObjects, last: str | None, count: int) -> list[Lin
     return [Link(node, bodies[blob]) for node, blob in zip(nodes, blobs, strict=True)]
 
 
-def parse_messages(links: Sequence[Link]) -> list[dict[str, Any]]:
-    """The messages of ``links``, freshly parsed (the caller may change them)."""
-    messages = []
-    for link in links:
-        try:
-            if link.long_ints is None:  # learn it once: later loads skip the scan
-                message, link.long_ints = parse_json_noting_long_ints(link.body)
-            else:
-                message = parse_json(link.body, long_ints=link.long_ints)
-        except (ValueError, RecursionError) as exc:
-            raise CorruptObject("checkpoint message is not JSON", link.node) from exc
-        if not isinstance(message, dict):
+def _chain_messages(links: list[Link]) -> list[dict[str, Any]]:
+    """The messages of ``links``, parsed as one JSON array (each alone if that fails, to
+    name the message at fault)."""
+    try:
+        value = parse_json_exact(b"[" + b",".join(link.body for link in links) + b"]")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        value = None
+    if type(value) is not list or len(value) != len(links):
+        for link in links:
+            try:
+                parse_json_exact(link.body)
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+                raise CorruptObject("checkpoint message is not JSON", link.node) from exc
+        raise CorruptObject("checkpoint messages are not JSON", links[-1].node)
+    for link, message in zip(links, value, strict=True):
+        if type(message) is not dict:
             raise CorruptObject("checkpoint message is not a JSON object", link.node)
-        messages.append(message)
-    return messages
+    return cast(list[dict[str, Any]], value)
+
+
+def read_list(
+    objects: NearbyObjects, oid: str, kind: Kind, count: int
+) -> tuple[list[dict[str, Any]], ChainMemo]:
+    """The ``count`` messages of the list of ``oid`` (a segment or a chain's last node),
+    freshly parsed, and the list as a memo (no checkpoint set).
+
+    Walks from ``oid`` to the list's start, reading each segment once (one JSON parse
+    each, which is also where its messages come from) and stopping as soon as the
+    messages still needed are all gathered; a segment keeping more messages than its
+    base's list holds, or a list of another length than ``count``, is a CorruptObject
+    naming the object at fault."""
+    gathered: list[list[dict[str, Any]]] = []
+    parts: list[Part] = []
+    stops: list[Stop] = []
+    nodes: list[str] = []
+    need = count
+    holder = oid  # the object that claims the ``need`` messages
+    current: tuple[str, Kind] | None = (oid, kind)
+    while current is not None and current[1] is Kind.SEGMENT and need:
+        at = current[0]
+        found, body = objects.get(at)
+        if found is not Kind.SEGMENT:
+            raise CorruptObject(f"expected a segment, found a {found.value}", at)
+        segment = SegmentNode.parse(body, at)
+        length = segment.keep + len(segment.messages)
+        if length < need or (at == oid and length != need):
+            raise CorruptObject(
+                f"{'claims' if at == oid else 'keeps'} {need} messages of a list of {length}",
+                holder,
+            )
+        stops.append(Stop(at, length, need))
+        own = need - segment.keep
+        if own > 0:
+            gathered.append(segment.messages[:own])
+            parts.append(Part(body, own, True, at))
+            need = segment.keep
+        holder, current = at, segment.below
+    if need and current is not None:  # the rest is a message chain
+        links = read_chain(objects, current[0], None if current[0] != oid else count)
+        if len(links) < need:
+            raise CorruptObject(f"keeps {need} messages of a chain of {len(links)}", holder)
+        links = links[:need]
+        gathered.append(_chain_messages(links))
+        nodes = [link.node for link in links]
+        text = b"[" + b",".join(link.body for link in links) + b"]"
+        parts.append(Part(text, need, False, links[-1].node))
+        need = 0
+    if need:
+        raise CorruptObject(f"claims {need} more messages than its list holds", holder)
+    gathered.reverse()
+    parts.reverse()
+    stops.reverse()
+    messages = gathered[0] if len(gathered) == 1 else [m for chunk in gathered for m in chunk]
+    return messages, ChainMemo(None, parts, nodes, stops)
 
 
 SHARED_STRING = 8

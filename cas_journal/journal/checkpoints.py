@@ -1,23 +1,26 @@
 """Run checkpoints, deduplicated: a run's message list saved every iteration.
 
-Each message is a blob; a chain of message nodes (message blob + previous node) spells
-the list, so two lists with a common prefix share every node of it. A checkpoint object
-holds the run metadata, the last node of its chain and the previous checkpoint of the
-run, and ``checkpoints/<run>`` points at the newest: saving iteration k+1 stores only the
-messages that are new or changed since iteration k, and no iteration is overwritten.
+A checkpoint object holds the run metadata, the object spelling its message list and the
+previous checkpoint of the run, and ``checkpoints/<run>`` points at the newest. The list
+is a segment (see ``chains``): the messages the save added, inline, after the first
+``keep`` messages of an older list of the run. Saving iteration k+1 writes one segment
+holding only what is new or changed since iteration k (or nothing, when the list is one
+a stored segment already spells), and no iteration is overwritten. Runs saved before
+segments spell their lists as message chains (a node per message); they load as before,
+and a save on such a run writes a segment on top of the chain.
 
-Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows which
-stored node holds each message of the run's newest chain, so an unchanged prefix is
-compared, not re-encoded and re-hashed, and the run's ref is not read: the checkpoint
-the memo was made for (the last this journal saved or read of the run) is the expected
-old value of the compare-and-swap; if another writer moved the run since, the swap loses
-and the save is rebuilt on the ref as read then. Loads answer from the memo when it holds
-the chain asked for, else read the chain once (and remember it). A chain loaded before in
-this process is not parsed a third time: the second load's messages are kept as a
-``MessagesImage`` (see ``chains``) keyed by the chain's last node and length (a chain
-never changes), in bounded memory; each load is a fresh copy the caller may change. (The
-first load only notes the key: a process that loads a run once, to restore it, does not
-pay for an image it never uses.)
+Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows the
+messages of the run's newest list and the stored objects that spell it, so an unchanged
+prefix is compared, not re-encoded and re-hashed, and the run's ref is not read: the
+checkpoint the memo was made for (the last this journal saved or read of the run) is the
+expected old value of the compare-and-swap; if another writer moved the run since, the
+swap loses and the save is rebuilt on the ref as read then. Loads answer from the memo
+when it holds the list asked for, else read the list once (one read and one JSON parse
+per segment) and remember it. A list loaded before in this process is not parsed a third
+time: the second load's messages are kept as a ``MessagesImage`` (see ``chains``) keyed
+by the list's object and length (an object never changes), in bounded memory; each load
+is a fresh copy the caller may change. (The first load only notes the key: a process that
+loads a run once, to restore it, does not pay for an image it never uses.)
 Every change is one ``Store.commit``; a deleted run stays restorable from its reflog
 until gc expires it.
 """
@@ -44,15 +47,9 @@ from ..objects import (
     utc_now,
 )
 from .cache import BoundedCache
-from .chains import (
-    ChainMemo,
-    Link,
-    MessagesImage,
-    encode_chain,
-    parse_messages,
-    read_chain,
-)
+from .chains import ChainMemo, MessagesImage, encode_save, read_list
 from .commit import MAX_ATTEMPTS, commit_or_report, pause
+from .entries import collector_paused
 from .models import Checkpoint
 from .nearby import NearbyObjects
 from .state import CHECKPOINT_PREFIX
@@ -63,6 +60,9 @@ LOADED_BYTES = 64 * 1024 * 1024
 """Memory the images of loaded message lists may hold, at most (oldest go first)."""
 LOADED_CHAINS = 256
 """Loaded message lists kept, at most."""
+WRITE_SEGMENTS = False
+"""Whether saves write segments: not until every store format that may hold one says so
+(readers of older formats would not know the kind)."""
 
 
 def _newest_first(node: CheckpointNode) -> float:
@@ -105,6 +105,8 @@ class CheckpointStore:
             LOADED_CHAINS, weigh=lambda image: image.weight, max_weight=LOADED_BYTES
         )
         self._loaded_once: BoundedCache[tuple[str, int], bool] = BoundedCache(LOADED_CHAINS)
+        self.segments = WRITE_SEGMENTS
+        """Whether saves write segments (else message chains, as before segments)."""
 
     # -- reading objects -----------------------------------------------------------------
 
@@ -151,35 +153,38 @@ class CheckpointStore:
                 raise CorruptObject("system prompt is not UTF-8", oid) from exc
         return text
 
-    def _links(self, run_id: str, oid: str, node: CheckpointNode) -> builtins.list[Link]:
-        """The chain of checkpoint ``oid``: from the run's memo when it holds that chain
-        (a chain is named by its last node, so a prefix of the memo may be it), else read
-        from the store, once, and remembered."""
-        count, last = node.message_count, node.messages
-        memo = self._memos.get(run_id)
-        if last is None:
+    def _read(self, run_id: str, oid: str, node: CheckpointNode) -> builtins.list[dict[str, Any]]:
+        """The messages of checkpoint ``oid``, freshly parsed: from the run's memo when it
+        holds that list (a list is named by its object and length, so a prefix of the
+        memo's may be it), else read from the store, once, and remembered."""
+        target = node.message_list
+        if target is None:
             return []
-        if memo is not None and len(memo.links) >= count and memo.links[count - 1].node == last:
-            return memo.links[:count]
-        links = read_chain(self._nearby, last, count)
+        count = node.message_count
+        memo = self._memos.get(run_id)
+        if memo is not None and memo.holds(target[0], target[1], count):
+            return memo.messages(count)
+        with collector_paused():  # thousands of new containers, no cycles among them
+            messages, read = read_list(self._nearby, target[0], target[1], count)
         if memo is None or memo.checkpoint != self._head(run_id):
-            self._memos.put(run_id, ChainMemo(oid, links, node.system_prompt))
-        return links
+            read.checkpoint, read.prompt = oid, node.system_prompt
+            self._memos.put(run_id, read)
+        return messages
 
     def _messages(
         self, run_id: str, oid: str, node: CheckpointNode
     ) -> builtins.list[dict[str, Any]]:
         """The messages of checkpoint ``oid``, a fresh copy: from the image of earlier
-        loads of the same chain, else parsed from its links. The image is made at the
-        second load of a chain: a chain loaded once (a new process restoring a run) does
-        not pay for it."""
-        if node.messages is None:
+        loads of the same list, else parsed. The image is made at the second load of a
+        list: a list loaded once (a new process restoring a run) does not pay for it."""
+        target = node.message_list
+        if target is None:
             return []
-        key = (node.messages, node.message_count)
+        key = (target[0], node.message_count)
         image = self._loaded.get(key)
         if image is not None:
             return image.copy()
-        messages = parse_messages(self._links(run_id, oid, node))
+        messages = self._read(run_id, oid, node)
         if self._loaded_once.get(key) is None:
             self._loaded_once.put(key, True)
         else:
@@ -188,15 +193,19 @@ class CheckpointStore:
         return messages
 
     def _memo(self, run_id: str, head: str | None) -> ChainMemo:
-        """The run's memo; built from the newest checkpoint's stored chain if this process
+        """The run's memo; built from the newest checkpoint's stored list if this process
         has none yet (the first save after opening the store)."""
         memo = self._memos.get(run_id)
         if memo is None:
             if head is None:
                 return ChainMemo(None)
             node = self.node(head)
-            self._links(run_id, head, node)
-            memo = self._memos.get(run_id) or ChainMemo(None)
+            target = node.message_list
+            if target is None:
+                return ChainMemo(head, prompt=node.system_prompt)
+            memo = read_list(self._nearby, target[0], target[1], node.message_count)[1]
+            memo.checkpoint, memo.prompt = head, node.system_prompt
+            self._memos.put(run_id, memo)
         return memo
 
     # -- saving --------------------------------------------------------------------------
@@ -211,7 +220,8 @@ class CheckpointStore:
         else:
             head = self._head(checkpoint.run_id)
             memo = self._memo(checkpoint.run_id, head)
-        chain = encode_chain(checkpoint.messages, memo)
+        segments = self.segments
+        chain = encode_save(checkpoint.messages, memo, segments)
         prompt_oid = None
         prompt_object: list[NewObject] = []
         if checkpoint.system_prompt:
@@ -222,10 +232,9 @@ class CheckpointStore:
         # from the memo's checkpoint; only if that is the head we swap is it safe from gc
         based_on_head = memo.checkpoint is not None and memo.checkpoint == head
         for attempt in range(MAX_ATTEMPTS):
-            if not based_on_head and chain.shared:
-                reused = chain.links[chain.shared - 1].node
-                if self.store.objects.freshen([reused]):  # gone (a purge): store it all again
-                    chain = encode_chain(checkpoint.messages, ChainMemo(None))
+            reused = chain.reused
+            if not based_on_head and reused is not None and self.store.objects.freshen([reused]):
+                chain = encode_save(checkpoint.messages, ChainMemo(None), segments)
             node = CheckpointNode(
                 run_id=checkpoint.run_id,
                 created_at=created,
@@ -233,15 +242,16 @@ class CheckpointStore:
                 task_name=checkpoint.task_name,
                 input_tokens=checkpoint.input_tokens,
                 output_tokens=checkpoint.output_tokens,
-                message_count=len(chain.links),
-                messages=chain.last,
+                message_count=chain.count,
+                messages=chain.oid_of(Kind.MESSAGE),
+                segment=chain.oid_of(Kind.SEGMENT),
                 system_prompt=prompt_oid,
                 previous=(head,) if head else (),
             )
             body = node.body()
             oid = object_id(Kind.CHECKPOINT, body)
             saved = checkpoint.model_copy(
-                update={"created_at": parse_time(created), "message_count": len(chain.links)}
+                update={"created_at": parse_time(created), "message_count": chain.count}
             )
             unlinked = prompt_object if not based_on_head or prompt_oid != memo.prompt else []
             objects = [*chain.objects, *unlinked, NewObject(oid, Kind.CHECKPOINT, body)]

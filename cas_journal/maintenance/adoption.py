@@ -12,7 +12,9 @@ checks what the journal relies on when it reads the objects back:
 * thread states: every state reachable from ``threads/<id>`` (the ref's state and the
   states it follows) names thread ``<id>``, and its metadata parses as ThreadMeta;
 * checkpoints: every checkpoint reachable from ``checkpoints/<run>`` names run
-  ``<run>``, and its ``message_count`` is the length of its message chain;
+  ``<run>``, and its ``message_count`` is the length of its message list (a message
+  chain, or a segment);
+* segments: a segment keeps no more messages than its base's list holds;
 * blobs, by the slot that references them: an entry payload parses as a payload, a
   checkpoint message (of a run) as a JSON object, a system prompt as UTF-8 text; blobs
   of LangGraph trees (``langgraph/`` refs) are their integration's bytes, opaque here.
@@ -35,6 +37,7 @@ from ..objects import (
     Kind,
     MessageNode,
     Node,
+    SegmentNode,
     ThreadStateNode,
     parse_node,
     skip_depth,
@@ -94,9 +97,9 @@ class NodeChecks:
     """Checks structured objects on their way in.
 
     ``entry_node(oid)`` gives an entry met earlier in the same sync (checked then) or
-    held by the destination (checked when it was adopted there); ``chain_length(oid)``
-    the length of a message chain likewise. Both raise CorruptObject if the object is
-    not of the expected kind.
+    held by the destination (checked when it was adopted there); ``list_length(oid,
+    kind)`` the length of the message list of a message chain's last node or of a
+    segment likewise. Both raise CorruptObject if the object is not of the expected kind.
     """
 
     MAX_HOPS = 512
@@ -105,10 +108,10 @@ class NodeChecks:
     def __init__(
         self,
         entry_node: Callable[[str], EntryNode],
-        chain_length: Callable[[str], int],
+        list_length: Callable[[str, Kind], int],
     ) -> None:
         self.entry_node = entry_node
-        self.chain_length = chain_length
+        self.list_length = list_length
 
     def parse(self, oid: str, kind: Kind, body: bytes, scope: str) -> Node:
         """Parse a structured object and check it against its scope; returns the node."""
@@ -130,6 +133,8 @@ class NodeChecks:
                 self._state(oid, node, scope)
             elif isinstance(node, CheckpointNode):
                 self._checkpoint(oid, node, scope)
+            elif isinstance(node, SegmentNode):
+                self._segment(oid, node)
         except CorruptObject as exc:
             if _from(scope) in str(exc):
                 raise
@@ -183,11 +188,17 @@ class NodeChecks:
             raise CorruptObject(
                 f"checkpoint names run {node.run_id[:80]!r}, not {run_id[:80]!r}", oid
             )
-        length = 0 if node.messages is None else self.chain_length(node.messages)
+        target = node.message_list
+        length = 0 if target is None else self.list_length(*target)
         if length != node.message_count:
             raise CorruptObject(
-                f"checkpoint claims {node.message_count} messages, its chain holds {length}", oid
+                f"checkpoint claims {node.message_count} messages, its list holds {length}", oid
             )
+
+    def _segment(self, oid: str, node: SegmentNode) -> None:
+        below = node.below
+        if below is not None and node.keep > (held := self.list_length(*below)):
+            raise CorruptObject(f"segment keeps {node.keep} messages of a list of {held}", oid)
 
 
 def message_chain_length(node: MessageNode, parent_length: Callable[[str], int]) -> int:

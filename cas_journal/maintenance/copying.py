@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from ..backends import NewObject, Store
 from ..errors import CorruptObject, ObjectNotFound
-from ..objects import EntryNode, Kind, MessageNode, Node, is_oid
+from ..objects import EntryNode, Kind, MessageNode, Node, SegmentNode, is_oid
 from .adoption import OPAQUE, NodeChecks, blob_roles, check_blob, message_chain_length
 from .reports import Progress
 
@@ -230,7 +230,7 @@ class ObjectCopier:
         """Objects known reachable from the destination's refs (see ``assume_present``)."""
         self._lengths: dict[bytes, int] = {}
         self._kept = 0
-        self.checks = NodeChecks(self._entry_node, self._chain_length)
+        self.checks = NodeChecks(self._entry_node, self._list_length)
 
     # -- what the destination holds ---------------------------------------------------
 
@@ -432,6 +432,8 @@ class ObjectCopier:
                 self.reachable.add(bytes.fromhex(frame.node.skip))
         elif isinstance(frame.node, MessageNode):
             self._lengths[raw] = message_chain_length(frame.node, self._chain_length)
+        elif isinstance(frame.node, SegmentNode):  # its keep was checked against its base
+            self._lengths[raw] = frame.node.length
         if not frame.send:
             return
         body = frame.body
@@ -466,6 +468,18 @@ class ObjectCopier:
             node = EntryNode.parse(body, oid)
             self._remember_entry(raw, node)
         return node
+
+    def _list_length(self, oid: str, kind: Kind) -> int:
+        """The length of the message list of a chain's last node or of a segment, met in
+        this sync or held by the destination."""
+        if kind is Kind.MESSAGE:
+            return self._chain_length(oid)
+        length = self._lengths.get(bytes.fromhex(oid))
+        if length is None:
+            node = self._dst_node(oid, Kind.SEGMENT)
+            assert isinstance(node, SegmentNode)
+            length = self._lengths[bytes.fromhex(oid)] = node.length
+        return length
 
     def _chain_length(self, oid: str) -> int:
         raw = bytes.fromhex(oid)

@@ -2,10 +2,12 @@
 
 States first (each thread's state chain), then entry nodes in root-to-head order per
 thread (a fork's shared prefix is written once, then each branch's own tail), then the
-small payloads in that same order, then checkpoints, message nodes and message blobs in
-the same fashion, then each tree root's objects (LangGraph records: referenced before
-referencing, so a record sits right after the values and message nodes it added), then
-the large blobs sorted by their first bytes, then everything else.
+small payloads in that same order, then checkpoints, then each run's segments in the
+order a load reads them (its newest list's segment first, then the one it keeps messages
+of, and so on), then message nodes and message blobs in the same fashion as entries,
+then each tree root's objects (LangGraph records: referenced before referencing, so a
+record sits right after the values and message nodes it added), then the large blobs
+sorted by their first bytes, then everything else.
 Reading a path touches a few consecutive blocks of entry nodes and payloads instead of
 the whole pack, and large blobs that share most of their text (the same file read by
 tool calls in many forks, under different call ids) land in the same compressed block,
@@ -24,6 +26,7 @@ from ..objects import (
     EntryNode,
     Kind,
     MessageNode,
+    SegmentNode,
     ThreadStateNode,
     is_oid,
     typed_references,
@@ -62,7 +65,8 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
     wanted = set(oids)
     states, entries, payloads = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
     checkpoints, links, messages = _Ordered(wanted), _Ordered(wanted), _Ordered(wanted)
-    trees = _Ordered(wanted)
+    trees, segments = _Ordered(wanted), _Ordered(wanted)
+    walked: set[str] = set()
     entry_parent: dict[str, str | None] = {}
     link_parent: dict[str, str | None] = {}
 
@@ -118,8 +122,17 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                     node = _node(store, current, Kind.CHECKPOINT)
                     if not isinstance(node, CheckpointNode):
                         continue
-                    if node.messages:
-                        for link in chain(node.messages, link_parent, Kind.MESSAGE):
+                    below = node.message_list
+                    while below is not None and below[1] is Kind.SEGMENT:
+                        if below[0] in walked:
+                            below = None
+                            break
+                        walked.add(below[0])
+                        segments.add(below[0])
+                        segment = _node(store, below[0], Kind.SEGMENT)
+                        below = segment.below if isinstance(segment, SegmentNode) else None
+                    if below is not None:
+                        for link in chain(below[0], link_parent, Kind.MESSAGE):
                             links.add(link)
                             messages.add(payloads_of.get(link))
                     messages.add(node.system_prompt)
@@ -132,6 +145,7 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
         *entries.order,
         *small_payloads,
         *checkpoints.order,
+        *segments.order,
         *links.order,
         *small_messages,
         *small_trees,

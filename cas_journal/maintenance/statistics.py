@@ -17,8 +17,9 @@ Three measures of size, each with one name:
   ``usage()`` reports it.
 
 ``object_bytes`` is the uncompressed size of every distinct object stored (content plus
-the structure: entry nodes, thread states, checkpoint nodes, message-chain links, and
-any garbage not yet collected); ``compression_ratio`` is object / stored bytes, and
+the structure: entry nodes, thread states, checkpoint nodes, message-chain links,
+segments, and any garbage not yet collected; a segment's inline messages count as
+content, each segment's once); ``compression_ratio`` is object / stored bytes, and
 ``overall_ratio`` is logical / disk bytes: how many times smaller than plain copies the
 store is, everything included.
 """
@@ -35,8 +36,11 @@ from ..errors import JournalError
 from ..objects import (
     CheckpointNode,
     EntryNode,
+    Kind,
     MessageNode,
+    SegmentNode,
     ThreadStateNode,
+    canonical_json,
     is_oid,
     parse_node,
 )
@@ -125,6 +129,8 @@ class _Tally:
         self.entries: dict[str, EntryNode] = {}
         self.chains: dict[str, tuple[int, int]] = {}
         """Message-chain link -> (messages, bytes) from the chain's start to it."""
+        self.segments: dict[str, list[int]] = {}
+        """Segment -> the bytes of the first n messages of its list, for every n."""
         self.checkpoints: set[str] = set()
 
     def content_size(self, oid: str | None) -> int:
@@ -179,6 +185,53 @@ class _Tally:
             self.chains[oid] = (count, size)
         return self.chains.get(last, (0, 0)) if last is not None else (0, 0)
 
+    def chain_sizes(self, last: str, keep: int) -> list[int]:
+        """Bytes of the first n messages of the chain ending at ``last``, n = 0 .. keep."""
+        self.chain(last)
+        sizes: list[int] = []
+        current: str | None = last
+        while current is not None and current in self.chains:
+            count, size = self.chains[current]
+            if count <= keep:
+                sizes.append(size)
+            node = self.reader.node(current)
+            current = node.parent if isinstance(node, MessageNode) else None
+        sizes.append(0)
+        sizes.reverse()
+        return sizes
+
+    def segment(self, oid: str) -> list[int]:
+        """Bytes of the first n messages of the list of segment ``oid``, for n = 0 .. its
+        length (each distinct segment's own messages counted as content once)."""
+        pending: list[tuple[str, SegmentNode]] = []
+        current: tuple[str, Kind] | None = (oid, Kind.SEGMENT)
+        while current is not None and current[1] is Kind.SEGMENT:
+            if current[0] in self.segments:
+                break
+            node = self.reader.node(current[0])
+            if not isinstance(node, SegmentNode):
+                break
+            pending.append((current[0], node))
+            current = node.below
+        for at, node in reversed(pending):
+            below = node.below
+            if below is None:
+                sizes = [0]
+            elif below[1] is Kind.SEGMENT:
+                sizes = self.segments.get(below[0], [0])[: node.keep + 1]
+            else:
+                sizes = self.chain_sizes(below[0], node.keep)
+            own = [len(canonical_json(message)) for message in node.messages]
+            if at not in self.content:
+                self.content.add(at)
+                self.report.content_bytes += sum(own)
+            total = sizes[-1]
+            for size in own:
+                total += size
+                sizes.append(total)
+            self.segments[at] = sizes
+        return self.segments.get(oid, [0])
+
     def run(self, checkpoint_oid: str) -> None:
         self.report.runs += 1
         pending = [checkpoint_oid]
@@ -198,7 +251,10 @@ class _Tally:
                 self.checkpoints.add(current)
             self.report.logical_checkpoints += 1
             self.report.logical_bytes += self.content_size(node.system_prompt)
-            self.report.logical_bytes += self.chain(node.messages)[1]
+            if node.segment is not None:
+                self.report.logical_bytes += self.segment(node.segment)[-1]
+            else:
+                self.report.logical_bytes += self.chain(node.messages)[1]
 
 
 def _ratio(numerator: int, denominator: int, empty: float) -> float:

@@ -154,6 +154,24 @@ def parse_json(data: bytes | str, long_ints: bool = True) -> Any:
     return json.loads(data)
 
 
+_DIGIT_MARKS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+"""Maps every digit to ``0`` and every other byte to a space (for ``bytes.translate``)."""
+_LONG_INTEGER_DIGITS = b"0" * 19
+"""Nineteen digits in a row: the text may hold an integer beyond 64 bits (2**63 has 19
+digits; any integer below 10**18 has fewer)."""
+
+
+def parse_json_exact(data: bytes) -> Any:
+    """``parse_json(data)`` for a text of unknown origin, with the scan of the parsed value
+    for floats (how a long integer read by orjson shows) replaced by one search of the
+    text for 19 digits in a row (two C passes over the bytes; a regular expression took
+    ten times longer): a text without such a run holds no integer beyond 64 bits, so
+    orjson's reading of it is exact; a text with one (in a number or a string) is
+    scanned as ``parse_json`` does."""
+    long_ints = _LONG_INTEGER_DIGITS in data.translate(_DIGIT_MARKS)
+    return parse_json(data, long_ints=long_ints)
+
+
 def parse_json_noting_long_ints(data: bytes | str) -> tuple[Any, bool]:
     """Like ``parse_json(data)``, and whether the text may hold an integer beyond 64 bits:
     False only when that is known not to be the case (later parses of the same text may

@@ -15,11 +15,16 @@ class Kind(StrEnum):
     THREAD = "thread"
     """A thread state: metadata, leaf, branch heads and the previous state(s)."""
     CHECKPOINT = "checkpoint"
-    """One saved iteration of a run: metadata plus the last node of its message chain."""
+    """One saved iteration of a run: metadata plus the object that spells its message list
+    (a segment, or the last node of a message chain)."""
     MESSAGE = "message"
-    """One link of a checkpoint's message chain: parent node and message blob."""
+    """One link of a checkpoint's message chain: parent node and message blob (how runs
+    saved messages before segments; still read, and still written by integrations)."""
     TREE = "tree"
     """A generic structure for integrations: named, typed references plus inline data."""
+    SEGMENT = "segment"
+    """A checkpoint's message list as one object: a kept prefix of an older list (a
+    segment or a message chain) plus the messages one save added, inline."""
 
 
 KINDS_BY_TAG: dict[bytes, Kind] = {kind.value.encode("ascii"): kind for kind in Kind}

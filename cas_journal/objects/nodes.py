@@ -8,12 +8,12 @@ an object points at, which is all that gc, fsck and sync need to know about a ki
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from ..errors import CorruptObject, InvalidInputError
-from .canonical import canonical_json, is_canonical_time, parse_json
+from .canonical import canonical_json, is_canonical_time, parse_json, parse_json_exact
 from .codec import is_oid
 from .kinds import Kind
 
@@ -381,6 +381,7 @@ _CHECKPOINT_FIELDS = frozenset(
         "output_tokens",
         "message_count",
         "messages",
+        "segment",
         "system_prompt",
         "previous",
     }
@@ -389,6 +390,12 @@ _CHECKPOINT_FIELDS = frozenset(
 
 class CheckpointNode(NamedTuple):
     """One saved iteration of a run; ``previous`` links the run's history.
+
+    Its message list is spelled by ``segment`` (a segment object, how runs are saved
+    now) or by ``messages`` (the last node of a message chain, how runs were saved
+    before segments), never both; neither when the list is empty. Two fields, not one
+    that may name either kind: every reference of every object names one kind, which
+    is what gc, fsck and sync check.
 
     ``previous`` holds one checkpoint normally, two for a merge (two stores saved the run
     independently and a sync joined them: the merge repeats the newer side's content).
@@ -404,6 +411,16 @@ class CheckpointNode(NamedTuple):
     messages: str | None = None
     system_prompt: str | None = None
     previous: tuple[str, ...] = ()
+    segment: str | None = None
+
+    @property
+    def message_list(self) -> tuple[str, Kind] | None:
+        """The object spelling the message list and its kind (None: no messages)."""
+        if self.segment is not None:
+            return self.segment, Kind.SEGMENT
+        if self.messages is not None:
+            return self.messages, Kind.MESSAGE
+        return None
 
     def body(self) -> bytes:
         """Canonical JSON body of this checkpoint."""
@@ -415,6 +432,7 @@ class CheckpointNode(NamedTuple):
                 "output_tokens": self.output_tokens,
                 "message_count": self.message_count,
                 "messages": self.messages,
+                "segment": self.segment,
                 "system_prompt": self.system_prompt,
                 "previous": list(self.previous),
             }
@@ -425,11 +443,16 @@ class CheckpointNode(NamedTuple):
 
     def references(self) -> list[str]:
         """Oids this checkpoint points at."""
-        return [*self.previous, *(ref for ref in (self.messages, self.system_prompt) if ref)]
+        refs = (self.messages, self.segment, self.system_prompt)
+        return [*self.previous, *(ref for ref in refs if ref)]
 
     def typed_references(self) -> list[tuple[str, Kind]]:
         """Oids this checkpoint points at, with the kind each must be."""
-        pairs = [(self.messages, Kind.MESSAGE), (self.system_prompt, Kind.BLOB)]
+        pairs = [
+            (self.messages, Kind.MESSAGE),
+            (self.segment, Kind.SEGMENT),
+            (self.system_prompt, Kind.BLOB),
+        ]
         return [(oid, Kind.CHECKPOINT) for oid in self.previous] + [
             (oid, kind) for oid, kind in pairs if oid
         ]
@@ -455,11 +478,14 @@ class CheckpointNode(NamedTuple):
             messages=r.oid_field("messages"),
             system_prompt=r.oid_field("system_prompt"),
             previous=r.oid_list("previous"),
+            segment=r.oid_field("segment"),
         )
         if not node.run_id:
             raise r.fail("run id is empty")
-        if node.message_count < 0 or (node.messages is None) != (node.message_count == 0):
-            raise r.fail("message count and message chain disagree")
+        if node.messages is not None and node.segment is not None:
+            raise r.fail("names both a message chain and a segment")
+        if node.message_count < 0 or (node.message_list is None) != (node.message_count == 0):
+            raise r.fail("message count and message list disagree")
         return node
 
 
@@ -510,6 +536,105 @@ class MessageNode(NamedTuple):
         if not is_oid(message) or (parent is not None and not is_oid(parent)):
             raise CorruptObject("message node: a field is not an object id", oid)
         return cls(cast(str, message), parent)
+
+
+# the members a SegmentNode body may hold
+_SEGMENT_FIELDS = frozenset({"base", "base_chain", "keep", "messages"})
+
+
+def segment_body(
+    messages: Sequence[bytes], keep: int = 0, base: str | None = None, base_chain: str | None = None
+) -> bytes:
+    """The canonical body of a segment from its messages' canonical JSON (the save path
+    has them encoded already; a property test checks this equals ``SegmentNode.body``)."""
+    head = b"{"
+    if base is not None:
+        head += b'"base":"%s",' % base.encode("ascii")
+    if base_chain is not None:
+        head += b'"base_chain":"%s",' % base_chain.encode("ascii")
+    if keep:
+        head += b'"keep":%d,' % keep
+    return head + b'"messages":[' + b",".join(messages) + b"]}"
+
+
+class SegmentNode(NamedTuple):
+    """A checkpoint's message list as one object: the first ``keep`` messages of an older
+    list, then ``messages`` (JSON objects, inline).
+
+    The older list is that of ``base`` (a segment) or of ``base_chain`` (the last node
+    of a message chain, as runs saved before segments have); at most one is set, and
+    ``keep`` is positive exactly when one is. The list is ``keep + len(messages)`` long.
+    Whether ``keep`` is within the older list's length is checked by whoever reads that
+    list (the parser sees one object). The body is canonical JSON with ``base``,
+    ``base_chain`` and ``keep`` omitted when empty and ``messages`` always present.
+    """
+
+    messages: list[dict[str, Any]]
+    keep: int = 0
+    base: str | None = None
+    base_chain: str | None = None
+
+    @property
+    def length(self) -> int:
+        """How many messages this segment's list holds."""
+        return self.keep + len(self.messages)
+
+    @property
+    def below(self) -> tuple[str, Kind] | None:
+        """The older list's object and its kind (None: the list starts here)."""
+        if self.base is not None:
+            return self.base, Kind.SEGMENT
+        if self.base_chain is not None:
+            return self.base_chain, Kind.MESSAGE
+        return None
+
+    def body(self) -> bytes:
+        """Canonical JSON body of this segment (through the generic encoder)."""
+        fields: dict[str, Any] = _compact(
+            {"base": self.base, "base_chain": self.base_chain, "keep": self.keep}
+        )
+        fields["messages"] = list(self.messages)
+        return canonical_json(fields)
+
+    def references(self) -> list[str]:
+        """Oids this segment points at."""
+        below = self.below
+        return [] if below is None else [below[0]]
+
+    def typed_references(self) -> list[tuple[str, Kind]]:
+        """Oids this segment points at, with the kind each must be."""
+        below = self.below
+        return [] if below is None else [below]
+
+    @classmethod
+    def parse(cls, body: bytes, oid: str | None = None) -> SegmentNode:
+        """Parse and validate a segment body (one JSON parse, exact for long integers)."""
+        try:
+            value = parse_json_exact(body)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CorruptObject("segment body is not valid JSON", oid) from exc
+        if type(value) is not dict:
+            raise CorruptObject("segment body is not a JSON object", oid)
+        if not _SEGMENT_FIELDS.issuperset(value):
+            unknown = sorted(set(value) - _SEGMENT_FIELDS)
+            raise CorruptObject(f"segment: unknown fields {unknown}", oid)
+        messages, keep = value.get("messages"), value.get("keep", 0)
+        base, base_chain = value.get("base"), value.get("base_chain")
+        if type(messages) is not list:
+            raise CorruptObject("segment: field 'messages' is not a list", oid)
+        if not all(type(message) is dict for message in messages):
+            index = next(i for i, message in enumerate(messages) if type(message) is not dict)
+            raise CorruptObject(f"segment: message {index} is not a JSON object", oid)
+        if type(keep) is not int or keep < 0:
+            raise CorruptObject("segment: field 'keep' is not a count", oid)
+        for name, ref in (("base", base), ("base_chain", base_chain)):
+            if ref is not None and not is_oid(ref):
+                raise CorruptObject(f"segment: field {name!r} is not an object id", oid)
+        if base is not None and base_chain is not None:
+            raise CorruptObject("segment: names both a base segment and a base chain", oid)
+        if (base is None and base_chain is None) != (keep == 0):
+            raise CorruptObject("segment: keep and base disagree", oid)
+        return _new_tuple(cls, (messages, keep, base, base_chain))
 
 
 MAX_TREE_NAME_BYTES = 4096
@@ -612,7 +737,7 @@ class TreeNode:
         return node
 
 
-Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode | TreeNode
+Node = EntryNode | ThreadStateNode | CheckpointNode | MessageNode | TreeNode | SegmentNode
 
 _PARSERS: dict[Kind, Any] = {
     Kind.ENTRY: EntryNode.parse,
@@ -620,6 +745,7 @@ _PARSERS: dict[Kind, Any] = {
     Kind.CHECKPOINT: CheckpointNode.parse,
     Kind.MESSAGE: MessageNode.parse,
     Kind.TREE: TreeNode.parse,
+    Kind.SEGMENT: SegmentNode.parse,
 }
 
 

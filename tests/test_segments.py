@@ -1,0 +1,435 @@
+"""Segments: a checkpoint's message list as one object per save.
+
+The object (parse, canonical body, hostile bodies), the save/load round trip against the
+simple model "the list as saved" (random lists and edits, across reopening, on top of
+runs saved as message chains), what a save writes (one segment, the smallest base, none
+when nothing changed), lying segments, and the walkers: gc, fsck, sync, pack, stats.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from journal_helpers import stored
+
+import cas_journal as cj
+from cas_journal.errors import CorruptObject
+from cas_journal.journal import chains
+from cas_journal.maintenance import fsck, gc, stats, sync
+from cas_journal.objects import (
+    CheckpointNode,
+    Kind,
+    SegmentNode,
+    canonical_json,
+    object_id,
+    parse_node,
+    segment_body,
+)
+
+OID = "a" * 64
+OTHER = "b" * 64
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+messages_st = st.dictionaries(st.text(max_size=4), json_values, max_size=3)
+
+
+def typed(value):
+    """The value with every scalar as (type, repr): equal only if the types agree too."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+def segmented(store=None) -> cj.Journal:
+    """A journal whose saves write segments."""
+    j = cj.Journal(store) if store is not None else cj.Journal.memory()
+    j.checkpoints.segments = True
+    return j
+
+
+def head_node(j: cj.Journal, run: str = "r") -> CheckpointNode:
+    oid = j.store.refs.read_ref(f"checkpoints/{run}")
+    assert oid is not None
+    return CheckpointNode.parse(j.store.objects.get(oid)[1], oid)
+
+
+def segment(j: cj.Journal, oid: str) -> SegmentNode:
+    kind, body = j.store.objects.get(oid)
+    assert kind is Kind.SEGMENT
+    return SegmentNode.parse(body, oid)
+
+
+# -- the object ---------------------------------------------------------------------------
+
+
+@given(
+    st.lists(messages_st, max_size=4),
+    st.integers(min_value=0, max_value=10),
+    st.sampled_from(["none", "base", "base_chain"]),
+)
+def test_segment_bodies_round_trip_and_the_fast_builder_agrees(messages, keep, below):
+    keep = 0 if below == "none" else keep + 1
+    node = SegmentNode(
+        messages,
+        keep,
+        OID if below == "base" else None,
+        OTHER if below == "base_chain" else None,
+    )
+    body = node.body()
+    assert segment_body([canonical_json(m) for m in messages], *node[1:]) == body
+    parsed = SegmentNode.parse(body, object_id(Kind.SEGMENT, body))
+    assert typed(parsed.messages) == typed(messages) and parsed[1:] == node[1:]
+    assert parsed.length == keep + len(messages)
+    refs = {"none": [], "base": [(OID, Kind.SEGMENT)], "base_chain": [(OTHER, Kind.MESSAGE)]}
+    assert node.typed_references() == refs[below]
+
+
+HOSTILE_SEGMENTS = [
+    b"",
+    b"[]",
+    b"null",
+    b'{"messages":{}}',
+    b'{"messages":[1]}',
+    b'{"messages":[[]]}',
+    b'{"messages":[{}],"extra":1}',
+    b'{"keep":1,"messages":[]}',
+    b'{"base":"' + OID.encode() + b'","messages":[]}',
+    b'{"base":"' + OID.encode() + b'","keep":0,"messages":[]}',
+    b'{"base":"' + OID.encode() + b'","keep":-1,"messages":[]}',
+    b'{"base":"' + OID.encode() + b'","keep":1.0,"messages":[]}',
+    b'{"base":"' + OID.encode() + b'","keep":true,"messages":[]}',
+    b'{"base":"' + OID.upper().encode() + b'","keep":1,"messages":[]}',
+    b'{"base":"x","keep":1,"messages":[]}',
+    b'{"base":"'
+    + OID.encode()
+    + b'","base_chain":"'
+    + OTHER.encode()
+    + b'","keep":1,"messages":[]}',
+    b'{"messages":[{"a":1}',
+    b'{"messages":[{"a":"\xff"}]}',
+    b"[" * 100_000,
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE_SEGMENTS)
+def test_hostile_segment_bodies_are_corrupt_objects_naming_the_oid(body):
+    oid = object_id(Kind.SEGMENT, body)
+    with pytest.raises(CorruptObject) as raised:
+        parse_node(Kind.SEGMENT, body, oid)
+    assert oid in str(raised.value)
+
+
+@given(st.binary(max_size=64) | st.text(max_size=64).map(str.encode))
+def test_any_bytes_parse_as_a_segment_or_are_a_corrupt_object(body):
+    try:
+        node = SegmentNode.parse(b'{"messages":[' + body + b"]}")
+    except CorruptObject:
+        return
+    assert all(type(message) is dict for message in node.messages)
+
+
+def test_a_checkpoint_names_a_chain_or_a_segment_never_both():
+    t = "2026-01-02T03:04:05.000006Z"
+    both = CheckpointNode("r", t, message_count=1, messages=OID, segment=OTHER).body()
+    with pytest.raises(CorruptObject, match="both"):
+        CheckpointNode.parse(both)
+    uncounted = CheckpointNode("r", t, segment=OTHER).body()
+    with pytest.raises(CorruptObject, match="disagree"):
+        CheckpointNode.parse(uncounted)
+    node = CheckpointNode("r", t, message_count=2, segment=OTHER)
+    assert CheckpointNode.parse(node.body()) == node
+    assert node.typed_references() == [(OTHER, Kind.SEGMENT)]
+
+
+# -- the journal against the simple model -------------------------------------------------
+
+edits = st.one_of(
+    st.tuples(st.just("append"), st.lists(messages_st, min_size=1, max_size=4)),
+    st.tuples(st.just("truncate"), st.integers(min_value=0, max_value=20)),
+    st.tuples(st.just("edit"), st.integers(min_value=0, max_value=20), messages_st),
+    st.tuples(st.just("same"), st.none()),
+    st.tuples(st.just("reopen"), st.none()),
+    st.tuples(st.just("segments"), st.booleans()),
+)
+
+
+def _apply(current: list[dict], edit: tuple) -> list[dict]:
+    what, arg = edit[0], edit[1]
+    if what == "append":
+        return current + arg
+    if what == "truncate":
+        return current[: min(arg, len(current))]
+    if what == "edit" and current:
+        index = arg % len(current)
+        return [*current[:index], edit[2], *current[index + 1 :]]
+    return list(current)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(edits, min_size=1, max_size=12), st.booleans(), st.integers(10, 400))
+def test_saves_and_loads_match_the_list_as_saved(edit_list, start_with_chains, limit):
+    saved: list[list[dict]] = []
+    j = segmented()
+    j.checkpoints.segments = not start_with_chains
+    current: list[dict] = []
+    chains.SEGMENT_BYTES, real_limit = limit, chains.SEGMENT_BYTES  # many split saves
+    try:
+        for i, edit in enumerate(edit_list):
+            if edit[0] == "reopen":
+                segments = j.checkpoints.segments
+                j = cj.Journal(j.store)  # a new process: no memo, no images
+                j.checkpoints.segments = segments
+                continue
+            if edit[0] == "segments":
+                j.checkpoints.segments = edit[1]
+                continue
+            current = _apply(current, edit)
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=current))
+            saved.append(current)
+            assert typed(j.checkpoints.load("r").messages) == typed(current)
+        fresh = cj.Journal(j.store)
+        history = fresh.checkpoints.history("r") if saved else []
+        assert [c.message_count for c in history] == [len(s) for s in reversed(saved)]
+        for checkpoint, expected in zip(history, reversed(saved), strict=True):
+            loaded = fresh.checkpoints.load("r", checkpoint.iteration).messages
+            assert typed(loaded) == typed(expected)
+        assert fsck(j.store).ok
+    finally:
+        chains.SEGMENT_BYTES = real_limit
+
+
+# -- what a save writes -------------------------------------------------------------------
+
+
+def _added(j: cj.Journal, before: set[str]) -> list[Kind]:
+    return sorted(j.store.objects.get(oid)[0] for oid in stored(j) - before)
+
+
+def test_a_save_writes_one_segment_on_the_smallest_base():
+    j = segmented()
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(10)]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages[:4]))
+    first = head_node(j).segment
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=2, messages=messages[:8]))
+    second = head_node(j).segment
+    assert first and second and segment(j, second)[1:] == (4, first, None)
+    before = stored(j)
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=3, messages=messages))
+    assert _added(j, before) == sorted([Kind.SEGMENT, Kind.CHECKPOINT])
+    # a list a stored segment holds exactly: nothing written but the checkpoint
+    before = stored(j)
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=4, messages=messages[:8]))
+    assert _added(j, before) == [Kind.CHECKPOINT] and head_node(j).segment == second
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=5, messages=messages))
+    # an edit at 3 keeps 3 messages: the first segment (length 4) is the smallest base
+    edited = [*messages[:3], {"role": "user", "content": "changed"}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=6, messages=edited))
+    assert segment(j, head_node(j).segment)[1:] == (3, first, None)
+    before = stored(j)  # the same list again: nothing but the checkpoint
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=7, messages=edited))
+    assert _added(j, before) == [Kind.CHECKPOINT]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=8, messages=messages[:2]))
+    truncating = head_node(j).segment
+    assert segment(j, truncating)[1:] == (2, first, None) and segment(j, truncating).messages == []
+    for fresh in (cj.Journal(j.store), j):
+        assert fresh.checkpoints.load("r", 4).messages == messages[:8]
+        assert fresh.checkpoints.load("r", 7).messages == edited
+        assert fresh.checkpoints.load("r", 8).messages == messages[:2]
+
+
+def test_a_run_saved_as_a_chain_continues_with_segments_on_its_nodes(tmp_path):
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(6)]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = False
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=1, messages=messages[:4]))
+        chain = head_node(j).messages
+        assert chain is not None and head_node(j).segment is None
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = True
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=2, messages=messages))
+        assert segment(j, head_node(j).segment)[1:] == (4, None, chain)
+        edited = [*messages[:2], {"edited": True}]  # the node holding two messages
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=3, messages=edited))
+        base_chain = segment(j, head_node(j).segment).base_chain
+        assert base_chain is not None and base_chain != chain
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        assert j.checkpoints.load("r", 1).messages == messages[:4]
+        assert j.checkpoints.load("r", 2).messages == messages
+        assert j.checkpoints.load("r", 3).messages == edited
+        assert fsck(j.store).ok
+
+
+def test_a_save_larger_than_the_cap_is_split_into_chained_segments(monkeypatch):
+    monkeypatch.setattr(chains, "SEGMENT_BYTES", 4096)
+    j = segmented()
+    messages = [{"role": "user", "content": f"{i} " + "x" * 300} for i in range(40)]
+    before = stored(j)
+    j.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
+    segments = [oid for oid in stored(j) - before if j.store.objects.get(oid)[0] is Kind.SEGMENT]
+    assert len(segments) >= 3
+    assert all(len(j.store.objects.get(oid)[1]) <= 4096 for oid in segments)
+    assert cj.Journal(j.store).checkpoints.load("r").messages == messages
+
+
+def test_a_new_process_reads_each_segment_once(tmp_path):
+    from journal_helpers import ReadCounter
+
+    messages: list[dict] = []
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = True
+        for i in range(50):
+            messages = [*messages, {"role": "user", "content": f"{i}"}, {"n": i}]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        counter = ReadCounter(j)
+        assert j.checkpoints.load("r").messages == messages
+        assert counter.reads[Kind.SEGMENT] == 50 and counter.reads[Kind.MESSAGE] == 0
+
+
+# -- lying objects ------------------------------------------------------------------------
+
+
+def _put_checkpoint(j: cj.Journal, target: str, count: int) -> None:
+    node = CheckpointNode("r", "2026-01-02T03:04:05.000006Z", message_count=count, segment=target)
+    oid = j.store.objects.put(Kind.CHECKPOINT, node.body())
+    old = j.store.refs.read_ref("checkpoints/r")
+    from cas_journal.backends import RefUpdate
+
+    assert j.store.commit([], RefUpdate("checkpoints/r", old, oid))
+
+
+def test_a_segment_keeping_more_than_its_base_holds_is_a_clear_error():
+    j = segmented()
+    base = j.store.objects.put(Kind.SEGMENT, segment_body([b'{"a":1}', b'{"b":2}']))
+    liar = j.store.objects.put(Kind.SEGMENT, segment_body([b'{"c":3}'], 3, base))
+    _put_checkpoint(j, liar, 4)
+    with pytest.raises(CorruptObject) as raised:
+        cj.Journal(j.store).checkpoints.load("r")
+    assert liar in str(raised.value) and "keeps 3" in str(raised.value)
+    report = fsck(j.store)
+    assert report.ok  # each object is well formed on its own; a load and sync refuse it
+    target = cj.Journal.memory()
+    with pytest.raises(CorruptObject, match="keeps 3 messages of a list of 2"):
+        sync(j.store, target.store)
+
+
+def test_a_checkpoint_counting_other_than_its_segment_is_a_clear_error():
+    j = segmented()
+    one = j.store.objects.put(Kind.SEGMENT, segment_body([b'{"a":1}', b'{"b":2}']))
+    _put_checkpoint(j, one, 3)
+    with pytest.raises(CorruptObject) as raised:
+        cj.Journal(j.store).checkpoints.load("r")
+    assert one in str(raised.value)
+    kind_lie = j.store.objects.put(Kind.BLOB, b'{"messages":[{}]}')
+    _put_checkpoint(j, kind_lie, 1)
+    with pytest.raises(CorruptObject, match="expected a segment"):
+        cj.Journal(j.store).checkpoints.load("r")
+
+
+# -- walkers ------------------------------------------------------------------------------
+
+
+def _segment_run(j: cj.Journal, saves: int = 30) -> list[dict]:
+    messages: list[dict] = []
+    for i in range(saves):
+        messages = [*messages, {"role": "user", "content": f"{i} " + "y" * 50}, {"i": i}]
+        if i % 7 == 6:
+            messages = messages[: len(messages) // 2]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    return messages
+
+
+def test_gc_fsck_pack_stats_and_sync_know_segments(tmp_path):
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = True
+        messages = _segment_run(j)
+        garbage = j.store.objects.put(Kind.SEGMENT, segment_body([b'{"garbage":1}']))
+        assert fsck(j.store).ok
+        gc(j.store, prune_now=True)
+        assert not j.store.objects.has(garbage)
+        kinds = [j.store.objects.get(oid)[0] for oid in j.store.objects.iter_oids()]
+        assert Kind.SEGMENT in kinds
+        report = stats(j.store)
+        assert report.objects_by_kind["segment"] == kinds.count(Kind.SEGMENT)
+        assert report.logical_checkpoints == 30 and report.dedup_ratio > 1
+        target = cj.Journal.memory()
+        sync(j.store, target.store)
+        assert target.checkpoints.load("r").messages == messages
+        assert fsck(target.store).ok
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        from cas_journal.maintenance import pack
+
+        pack(j.store)
+        assert fsck(j.store).ok
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        assert j.checkpoints.load("r").messages == messages
+        history = j.checkpoints.history("r")
+        assert all(
+            len(j.checkpoints.load("r", c.iteration).messages) == c.message_count for c in history
+        )
+
+
+def test_pack_order_puts_a_runs_segments_in_load_order():
+    from cas_journal.maintenance.layout import pack_order
+
+    j = segmented()
+    _segment_run(j, 12)
+    order = pack_order(j.store, j.store.objects.iter_oids())
+    walk = []
+    below: tuple[str, Kind] | None = (head_node(j).segment, Kind.SEGMENT)  # type: ignore[assignment]
+    while below is not None:
+        walk.append(below[0])
+        below = segment(j, below[0]).below
+    positions = [order.index(oid) for oid in walk]
+    assert positions == sorted(positions) and positions[-1] - positions[0] < len(order)
+
+
+def test_gc_keeps_the_bases_of_a_young_unreachable_segment(tmp_path):
+    from datetime import timedelta
+
+    from store_helpers import set_all_row_times
+
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(6)]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = True
+        for n in (2, 4, 6):
+            j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=n, messages=messages[:n]))
+        middle = segment(j, head_node(j, "a").segment).base
+        assert middle is not None
+        j.checkpoints.delete("a")
+        old = __import__("time").time() - 7200  # all two hours old but the middle segment
+        set_all_row_times(j.store, old, except_oids=(middle,))
+        report = gc(j.store, reflog_expiry=timedelta(0))
+        assert report.deleted_objects > 0 and report.kept_young_objects >= 2
+        assert fsck(j.store).ok  # full mode: every stored object's references are there
+        assert j.store.objects.has(middle)
+        assert j.store.objects.has(segment(j, middle).base)  # type: ignore[arg-type]
+
+
+def test_stats_count_a_segment_run_as_the_same_run_saved_as_chains():
+    reports = []
+    for segments in (False, True):
+        j = cj.Journal.memory()
+        j.checkpoints.segments = segments
+        _segment_run(j, 20)
+        reports.append(stats(j.store))
+    chain, segs = reports
+    assert segs.logical_bytes == chain.logical_bytes > 0
+    assert segs.logical_checkpoints == chain.logical_checkpoints == 20
+    assert segs.content_bytes >= chain.content_bytes  # a message re-sent is stored again
