@@ -60,9 +60,10 @@ LOADED_BYTES = 64 * 1024 * 1024
 """Memory the images of loaded message lists may hold, at most (oldest go first)."""
 LOADED_CHAINS = 256
 """Loaded message lists kept, at most."""
-WRITE_SEGMENTS = False
-"""Whether saves write segments: not until every store format that may hold one says so
-(readers of older formats would not know the kind)."""
+WRITE_SEGMENTS = True
+"""Whether saves write segments (else message chains). Every store a journal can write to
+allows them: opening an older local (format 2) or S3 (format 1) store for writing
+upgrades its format first; a read-only open, which keeps the old format, cannot save."""
 
 
 def _newest_first(node: CheckpointNode) -> float:
