@@ -204,7 +204,8 @@ class CheckpointStore:
             target = node.message_list
             if target is None:
                 return ChainMemo(head, prompt=node.system_prompt)
-            memo = read_list(self._nearby, target[0], target[1], node.message_count)[1]
+            with collector_paused():
+                memo = read_list(self._nearby, target[0], target[1], node.message_count)[1]
             memo.checkpoint, memo.prompt = head, node.system_prompt
             self._memos.put(run_id, memo)
         return memo
