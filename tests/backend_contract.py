@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cas_journal.backends import IndexUpdate, RefUpdate, Store, new_object
+from cas_journal.backends import IndexUpdate, RefCheck, RefUpdate, Store, new_object
 from cas_journal.errors import (
     CorruptObject,
     InvalidInputError,
@@ -348,6 +348,42 @@ class StoreContract:
         with pytest.raises(LinkedObjectsMissing):
             store.commit([], RefUpdate("threads/t", None, kept), linked=["not an oid"])
         assert store.refs.read_ref("threads/t") is None
+
+    def test_commit_applies_only_while_its_checks_hold(self, store):
+        source = new_object(Kind.BLOB, b"source")
+        moved = new_object(Kind.BLOB, b"moved")
+        fork = new_object(Kind.BLOB, b"fork")
+        assert store.commit([source], RefUpdate("threads/src", None, source.oid))
+        held = [RefCheck("threads/src", source.oid), RefCheck("threads/none", None)]
+        assert store.commit(
+            [fork],
+            RefUpdate("threads/a", None, fork.oid, "fork"),
+            [IndexUpdate("threadindex/0001/a", "1")],
+            expect=held,
+        )
+        assert store.refs.read_ref("threads/a") == fork.oid
+        assert store.refs.read_ref("threadindex/0001/a") == "1"
+        assert store.commit([moved], RefUpdate("threads/src", source.oid, moved.oid))
+        for stale in (
+            [RefCheck("threads/src", source.oid)],  # the source moved since it was read
+            [RefCheck("threads/src", None)],  # it exists
+            [RefCheck("threads/src", moved.oid), RefCheck("threads/a", None)],
+        ):
+            assert not store.commit(
+                [fork],
+                RefUpdate("threads/b", None, fork.oid, "fork"),
+                [IndexUpdate("threadindex/0001/b", "1")],
+                expect=stale,
+            )
+            assert store.refs.read_ref("threads/b") is None
+            assert store.refs.read_ref("threadindex/0001/b") is None
+            assert store.refs.reflog("threads/b") == []
+        kept = store.objects.put(Kind.BLOB, b"linked")
+        assert not store.commit(
+            [], RefUpdate("threads/c", None, kept), linked=[kept], expect=[held[0]]
+        )
+        assert store.refs.read_ref("threads/c") is None
+        assert store.commit([], RefUpdate("threads/c", None, kept), linked=[kept], expect=[held[1]])
 
     def test_freshen_reports_what_is_missing(self, store):
         kept = store.objects.put(Kind.BLOB, b"here")

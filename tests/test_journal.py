@@ -326,6 +326,38 @@ def test_fork_of_an_entry_no_longer_stored_creates_nothing(j):
     assert [t.id for t in j.list_threads()] == ["src"]
 
 
+def test_fork_on_a_remembered_source_reads_no_ref_and_checks_it_in_its_commit(j):
+    j.create_thread(cj.ThreadMeta(id="src"))
+    a = user(j, "src", "a")
+    b = assistant(j, "src", "b")
+    refs = j.store.refs
+    read_ref = refs.read_ref
+    reads: list[str] = []
+
+    def counted(name: str) -> str | None:
+        reads.append(name)
+        return read_ref(name)
+
+    refs.read_ref = counted  # type: ignore[method-assign]
+    try:
+        assert j.fork("src", a.id, new_thread_id="f1").leaf_id == a.id
+        if j.store.capabilities.atomic_commit:  # checked inside the fork's transaction
+            assert "threads/src" not in reads
+        other = cj.Journal(j.store)  # another writer moves the source meanwhile
+        c = user(other, "src", "c")
+        assert j.fork("src", c.id, new_thread_id="f2").leaf_id == c.id  # read anew
+        assert j.fork("src", new_thread_id="f3").leaf_id == c.id
+        other.delete_thread("src")
+        with pytest.raises(cj.ThreadNotFound):
+            j.fork("src", b.id, new_thread_id="f4")  # the check fails: nothing written
+    finally:
+        refs.read_ref = read_ref  # type: ignore[method-assign]
+    with pytest.raises(cj.ThreadNotFound):
+        j.thread("f4")
+    assert sorted(t.id for t in j.list_threads()) == ["f1", "f2", "f3"]
+    assert [e.id for e in j.path("f1")] == [a.id]
+
+
 def remote(j: cj.Journal) -> bool:
     """True on the S3 store, where tests scale their sizes down (each request is a round trip)."""
     return j.store.url.startswith("s3://")

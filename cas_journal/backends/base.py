@@ -75,6 +75,15 @@ class IndexUpdate(NamedTuple):
     value: str | None
 
 
+class RefCheck(NamedTuple):
+    """A condition of a commit: ref ``name`` holds ``value`` (None: absent) when the
+    commit's swap is applied, else the commit applies nothing (a fork checks that its
+    source thread still is where the fork read it)."""
+
+    name: str
+    value: str | None
+
+
 class Capabilities(NamedTuple):
     """What a backend can do; callers test these flags, never the backend's class."""
 
@@ -302,9 +311,11 @@ class Store(abc.ABC):
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
         linked: Sequence[str] = (),
+        expect: Sequence[RefCheck] = (),
     ) -> bool:
-        """Store ``objects`` and apply ``swap`` if its ref holds ``swap.old``; then apply
-        the ``index`` updates. Returns False, with no ref changed, if the swap lost.
+        """Store ``objects`` and apply ``swap`` if its ref holds ``swap.old`` and every
+        ``expect`` holds; then apply the ``index`` updates. Returns False, with no ref
+        changed, if the swap lost or a check failed.
 
         ``objects`` are everything the new ref value links that the caller wrote (or
         reuses and must protect from a concurrent gc), referenced before referencing.
@@ -315,8 +326,14 @@ class Store(abc.ABC):
         index refs that get a value, swaps, and after a won swap removes the index refs
         that get None; a backend with ``capabilities.atomic_commit`` does all of it in
         one transaction (the local store marks the linked objects in the transaction
-        of the swap, which both protects them and proves they are there).
+        of the swap, which both protects them and proves they are there). This default
+        reads the ``expect`` refs first, before anything is written: a check that held
+        then and a swap that won after are what a separate read of them gave (a backend
+        with ``atomic_commit`` checks them inside the transaction of the swap).
         """
+        for check in expect:
+            if self.refs.read_ref(check.name) != check.value:
+                return False
         if linked:
             missing = self.objects.freshen(linked)
             if missing:

@@ -17,6 +17,7 @@ from .base import (
     IndexUpdate,
     NewObject,
     ObjectStore,
+    RefCheck,
     ReflogEntry,
     RefStore,
     RefUpdate,
@@ -126,14 +127,21 @@ class MemoryRefStore(RefStore):
         else:
             self._values[name] = value
 
-    def commit_refs(self, swap: RefUpdate, index: Sequence[IndexUpdate]) -> bool:
-        """The ref half of an atomic commit: the swap and its index updates together."""
+    def commit_refs(
+        self, swap: RefUpdate, index: Sequence[IndexUpdate], expect: Sequence[RefCheck] = ()
+    ) -> bool:
+        """The ref half of an atomic commit: the checks, the swap and its index updates
+        together (False, nothing changed, if a check fails or the swap loses)."""
         for name in (swap.name, *(update.name for update in index)):
             split_ref_name(name)
+        for check in expect:
+            split_ref_name(check.name)
         check_ref_value(swap.new)
         for update in index:
             check_ref_value(update.value)
         with self._lock:
+            if any(self._values.get(check.name) != check.value for check in expect):
+                return False
             return self._swap_locked(swap, index)
 
     def list_refs(self, prefix: str, start_after: str | None = None, limit: int = 0) -> list[str]:
@@ -171,15 +179,16 @@ class MemoryStore(Store):
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
         linked: Sequence[str] = (),
+        expect: Sequence[RefCheck] = (),
     ) -> bool:
-        """Objects first (harmless if the swap then loses), then the swap and the index
-        updates under one lock: no reader sees one without the other. ``linked`` are
-        freshened first (LinkedObjectsMissing if one is not stored)."""
+        """Objects first (harmless if the swap then loses), then the checks, the swap
+        and the index updates under one lock: no reader sees one without the other.
+        ``linked`` are freshened first (LinkedObjectsMissing if one is not stored)."""
         missing = self.objects.freshen(linked) if linked else None
         if missing:
             raise LinkedObjectsMissing(list(missing))
         self.objects.store_new(objects)
-        return self.refs.commit_refs(swap, index)
+        return self.refs.commit_refs(swap, index, expect)
 
     def __init__(self, codec: ObjectCodec | None = None) -> None:
         self.objects: MemoryObjectStore = MemoryObjectStore(codec or ObjectCodec())

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..backends import IndexUpdate, NewObject, RefUpdate, Store
+from ..backends import IndexUpdate, NewObject, RefCheck, RefUpdate, Store
 from ..errors import AppendCommittedError, ConflictError, JournalError, StorageError
 from ..objects import Kind, ThreadStateNode
 from .state import ThreadHead, ThreadStates, thread_ref
@@ -54,11 +54,12 @@ def commit_or_report(
     index: Sequence[IndexUpdate] = (),
     result: object = None,
     linked: Sequence[str] = (),
+    expect: Sequence[RefCheck] = (),
 ) -> bool:
     """``Store.commit``, turning a storage failure after a won swap into
     AppendCommittedError (carrying ``result``): the change happened, do not retry it."""
     try:
-        return store.commit(objects, swap, index, linked)
+        return store.commit(objects, swap, index, linked, expect)
     except StorageError as exc:
         # the swap may have happened before the failure (e.g. syncing the directory)
         if _reads_back(store, swap):

@@ -17,7 +17,7 @@ from typing import Unpack
 
 from ..backends import MemoryStore, Store, open_store
 from ..backends.open import StoreOptions
-from ..errors import EntryNotFound, ObjectNotFound
+from ..errors import EntryNotFound, JournalError, ObjectNotFound
 from ..objects import EntryNode, is_oid
 from .batch import Batch
 from .checkpoints import CheckpointStore
@@ -27,7 +27,7 @@ from .leases import LeaseTable
 from .models import Entry, ForkPosition, ThreadMeta, TurnLease
 from .snapshot import ThreadSnapshot
 from .state import ThreadStates
-from .threads import DamagedThread, ThreadBook, generate_thread_id
+from .threads import DamagedThread, SourceMoved, ThreadBook, generate_thread_id
 from .writer import ThreadWriter
 
 __all__ = ["Journal", "generate_thread_id"]
@@ -140,7 +140,25 @@ class Journal:
         """A new thread sharing the source's history up to an entry; no entry is copied.
 
         AT: the new leaf is the entry (the source's leaf by default); BEFORE: its parent.
+        A source this journal wrote or read lately is not read again: the fork's commit
+        checks that it still holds that state, and the fork is decided again on the
+        source read anew if not.
         """
+        remembered = self._states.last(thread_id)
+        if remembered is not None:
+            source = ThreadSnapshot(remembered, self._graph, self._reader)
+            target = entry_id or source.leaf
+            try:
+                held = not target or source.contains(target)
+            except JournalError:
+                held = False  # decided on the source as it is now, below
+            if held:
+                try:
+                    return self._threads.fork(
+                        thread_id, target, position, new_thread_id, now, remembered.state_oid
+                    )
+                except SourceMoved:
+                    pass
         source = self.snapshot(thread_id)
         target = entry_id or source.leaf
         if target and not source.contains(target):

@@ -4,7 +4,11 @@ Every change is one ``Store.commit``: the thread ref's compare-and-swap together
 its listing ref (``threadindex/<inverted created_at>/<id>``, an IndexUpdate). Objects a
 new thread links but did not write (a fork's entry, an import's heads) go into the
 commit as ``linked``, so a concurrent gc keeps them (a store that commits atomically
-freshens them in the commit's own transaction); a restored state is freshened first.
+freshens them in the commit's own transaction); a restored state is freshened first. A
+fork decided on a source state the journal remembers (not read again) carries the check
+that the source still holds it (a ``RefCheck``, in the same commit); if it does not, the
+fork raises SourceMoved, writes nothing, and the caller reads the source and decides
+again.
 Listing walks the index refs in order and checks each against the thread it names
 (``listing``): a stale index ref (an interrupted create or delete) is skipped, and so is
 a thread whose state is damaged, which is reported through a callback (or a logged
@@ -19,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from ..backends import IndexUpdate, NewObject, RefUpdate, Store
+from ..backends import IndexUpdate, NewObject, RefCheck, RefUpdate, Store
 from ..backends.base import apply_index_update
 from ..errors import (
     ConflictError,
@@ -48,6 +52,11 @@ logger = logging.getLogger("cas_journal")
 
 DamagedThread = Callable[[str, JournalError], None]
 """Called as ``on_damaged(thread_id, error)`` for a thread a listing had to skip."""
+
+
+class SourceMoved(Exception):
+    """A fork's source thread no longer holds the state the fork was decided on; nothing
+    was written (internal: the journal then reads the source and decides again)."""
 
 
 def generate_thread_id() -> str:
@@ -127,9 +136,12 @@ class ThreadBook:
         position: ForkPosition,
         new_thread_id: str | None,
         now: datetime | None,
+        source_state: str | None = None,
     ) -> ThreadMeta:
         """A new thread whose leaf is ``target`` (AT) or its parent (BEFORE); the caller
-        checked that ``target`` belongs to thread ``source_id``."""
+        checked that ``target`` belongs to thread ``source_id``. ``source_state``: the
+        source's state the caller checked it in, if it was not just read; the commit
+        then also checks that the source still holds it (else SourceMoved)."""
         if ForkPosition(position) is ForkPosition.BEFORE:
             if not target:
                 raise EntryNotFound(f"thread {source_id!r} has no entry to fork before")
@@ -149,7 +161,11 @@ class ThreadBook:
         state = ThreadStateNode(fields, target or None, (target,) if target else ())
         values: dict[str, Any] = {**fields, "created_at": moment, "updated_at": moment}
         values["leaf_id"] = target or ""
-        return self._create(new_id, state, "fork", state.heads, _META.with_fields({}, values))
+        meta = _META.with_fields({}, values)
+        if source_state is None:
+            return self._create(new_id, state, "fork", state.heads, meta)
+        expect = RefCheck(thread_ref(source_id), source_state)
+        return self._create(new_id, state, "fork", state.heads, meta, expect)
 
     def _create(
         self,
@@ -158,13 +174,15 @@ class ThreadBook:
         reason: str,
         linked: Iterable[str] = (),
         meta: ThreadMeta | None = None,
+        expect: RefCheck | None = None,
     ) -> ThreadMeta:
         """Create the ref of a new thread at ``state``, with its listing ref, in one commit.
 
         ``linked`` are stored objects the state links that this call did not write: the
         commit protects them from a concurrent gc (``Store.commit``); a missing one is
         EntryNotFound. ``meta`` is the state's metadata if the caller built it already
-        (else it is read from the state).
+        (else it is read from the state). ``expect``: a ref the commit checks (a fork's
+        source); if it no longer holds its value, SourceMoved and nothing is written.
         """
         name = thread_ref(thread_id)
         atomic = self.store.capabilities.atomic_commit
@@ -182,13 +200,21 @@ class ThreadBook:
         objects = [NewObject(state_oid, Kind.THREAD, body)]
         try:
             created = commit_or_report(
-                self.store, objects, swap, [IndexUpdate(index, "1")], meta, tuple(linked)
+                self.store,
+                objects,
+                swap,
+                [IndexUpdate(index, "1")],
+                meta,
+                tuple(linked),
+                () if expect is None else (expect,),
             )
         except LinkedObjectsMissing as exc:
             raise EntryNotFound(f"entry {exc.oids[0]!r} is no longer stored") from exc
         if not created:
             if not atomic:
                 self._drop_stale_index(thread_id, index)
+            if expect is not None:
+                raise SourceMoved(expect.name)
             raise ThreadExists(f"thread {thread_id!r} already exists")
         return meta
 

@@ -2,11 +2,13 @@
 
 A Change is what one call wants written at once: object rows (raw oid and zstd frame),
 the raw oids of linked rows (stored objects the new ref value links that the caller did
-not write), at most one compare-and-swap of a ref (with its reflog row) and index-ref
-updates. It is applied inside a write transaction in this order: the linked rows have
-their ``written`` time raised as an upsert raises it (one statement; if its row count
-says a row is missing, the change is ``missing``: nothing else is written and its result
-is False; raising the times of the others is harmless), then the compare-and-swap (one
+not write), the refs that must hold a given value (``expect``), at most one
+compare-and-swap of a ref (with its reflog row) and index-ref updates. It is applied
+inside a write transaction in this order: the linked rows have their ``written`` time
+raised as an upsert raises it (one statement; if its row count says a row is missing,
+the change is ``missing``: nothing else is written and its result is False; raising the
+times of the others is harmless), then the expected refs are read (one that differs:
+the change writes nothing more and its result is False), then the compare-and-swap (one
 statement whose row count says whether the ref held the expected value; if not, the
 change writes nothing more and its result is False), then the object rows, the reflog
 row and the index updates. An object row is an upsert: a new oid is inserted, an
@@ -42,7 +44,7 @@ import weakref
 from collections.abc import Sequence
 
 from ...errors import JournalError, StorageError
-from ..base import IndexUpdate, RefUpdate
+from ..base import IndexUpdate, RefCheck, RefUpdate
 from .database import PAGE_SIZE, Database, FilesReplaced
 
 INSERT_OBJECT = (
@@ -77,8 +79,9 @@ class Change:
     ``rows`` are ``(raw 32-byte oid, zstd frame)`` of every object to store or freshen,
     ``swap`` the compare-and-swap (if any), ``index`` the derived refs to set, ``what``
     the words for an error, ``linked`` the raw oids (each once) of rows the swap links
-    without writing them (freshened). The committer fills in ``result``, ``missing``
-    (a linked row was not there: nothing was written, the result is False), ``error``,
+    without writing them (freshened), ``expect`` the refs that must hold a value. The
+    committer fills in ``result``, ``missing`` (a linked row was not there: nothing was
+    written, the result is False), ``error``,
     ``stamp`` (the ``written`` time the transaction gave new rows, in microseconds) and
     ``done``; ``caller`` is the submitting thread (``threading.get_ident``). A plain
     class, not a dataclass: one is built per commit, and the CLI pays for a dataclass at
@@ -89,6 +92,7 @@ class Change:
         "caller",
         "done",
         "error",
+        "expect",
         "index",
         "linked",
         "missing",
@@ -106,8 +110,10 @@ class Change:
         index: Sequence[IndexUpdate] = (),
         what: str = "committing",
         linked: Sequence[bytes] = (),
+        expect: Sequence[RefCheck] = (),
     ) -> None:
         self.rows = rows
+        self.expect = expect
         self.swap = swap
         self.index = index
         self.what = what
@@ -135,14 +141,18 @@ def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
 
 
 def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
-    """Apply one change inside the caller's write transaction; False if its swap lost
-    or a linked row is missing (then ``change.missing``)."""
+    """Apply one change inside the caller's write transaction; False if its swap lost,
+    an expected ref differs or a linked row is missing (then ``change.missing``)."""
     linked = change.linked
     change.missing = False
     if linked:
         found = conn.executemany(FRESHEN_OBJECT, [(now, oid) for oid in linked]).rowcount
         if found != len(linked):
             change.missing = True
+            return False
+    for check in change.expect:
+        found = conn.execute(_READ_REF, (check.name,)).fetchone()
+        if (None if found is None else found[0]) != check.value:
             return False
     swap = change.swap
     if swap is not None and not _compare_and_swap(conn, swap):

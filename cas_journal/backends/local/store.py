@@ -41,6 +41,7 @@ from ..base import (
     Capabilities,
     IndexUpdate,
     NewObject,
+    RefCheck,
     RefUpdate,
     Store,
     check_ref_value,
@@ -317,10 +318,11 @@ class LocalStore(Store):
         swap: RefUpdate,
         index: Sequence[IndexUpdate] = (),
         linked: Sequence[str] = (),
+        expect: Sequence[RefCheck] = (),
     ) -> bool:
-        """Objects, the freshening of ``linked``, the compare-and-swap, its reflog row
-        and the index updates in one transaction (shared with other threads' commits);
-        False if the swap lost.
+        """Objects, the freshening of ``linked``, the ``expect`` checks, the
+        compare-and-swap, its reflog row and the index updates in one transaction
+        (shared with other threads' commits); False if the swap lost or a check failed.
 
         A linked object found in a pack gets a row copy in the transaction; the others
         must have a row, whose ``written`` time the transaction raises (see
@@ -333,17 +335,19 @@ class LocalStore(Store):
         for update in index:
             split_ref_name(update.name)
             check_ref_value(update.value)
+        for check in expect:
+            split_ref_name(check.name)
         rows = self.objects.rows_of(objects)
         what = f"updating {swap.name!r}"
         if not linked:
-            return self.committer.submit(Change(rows, swap, index, what))
+            return self.committer.submit(Change(rows, swap, index, what, expect=expect))
         wanted = list(dict.fromkeys(linked))
         invalid = [oid for oid in wanted if not is_oid(oid)]
         if invalid:
             raise LinkedObjectsMissing(invalid)
         copies, expected = self.objects.linked_rows(wanted)
         for _ in range(LINKED_ATTEMPTS):
-            change = Change([*rows, *copies], swap, index, what, linked=expected)
+            change = Change([*rows, *copies], swap, index, what, expected, expect)
             result = self.committer.submit(change)
             if not change.missing:
                 return result
