@@ -17,7 +17,11 @@ Everything runs in one process, one system after the other, on the repository's 
 * the first page of 50 threads out of many (10,000 small, 100,000 full);
 * bytes after the system's own maintenance on the forks and checkpoint workloads, as a
   fraction of the logical bytes (with ``--format1``, also for the format-1 code of that
-  checkout, run in a subprocess in the same run).
+  checkout, run in a subprocess in the same run);
+* pages per commit (``wal``): how many pages the local store's transactions write to the
+  WAL for one append, one fork (history 1,000) and one batch, from the WAL's growth over
+  a few commits right after it was emptied (a count, so unlike the timings it does not
+  depend on the machine's load), and the CPU time per single append.
 
 Absolute figures depend on the machine and its load (recorded with the results); ratios
 to peers measured minutes apart in the same run are the figures to compare. Nothing is
@@ -48,7 +52,7 @@ APPEND_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync"
 FORK_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync", "git")
 LIST_SYSTEMS = ("cas-nd", "sqlite-nd", "jsonl")
 THREADED_SYSTEMS = ("cas", "sqlite", "jsonl-fsync")
-SECTIONS = ("raw", "single", "threaded", "batched", "forks", "first_page", "compacted")
+SECTIONS = ("raw", "single", "threaded", "batched", "forks", "first_page", "compacted", "wal")
 """What ``--only`` may select (default: all); ``--systems`` narrows the peers of each."""
 SIZES = {
     "small": {
@@ -127,21 +131,26 @@ def raw_limits(directory: Path, count: int = 400) -> dict[str, float]:
 
 
 def single_appends(name: str, root: Path, messages: Sequence[wl.Msg]) -> dict[str, float]:
-    """Appends one at a time to one thread (after 10 warm-up appends)."""
+    """Appends one at a time to one thread (after 10 warm-up appends); ``cpu`` is the
+    process's CPU time per append (all its threads), less sensitive to the load of
+    other processes than the wall-clock figures."""
     system = _open(name, root)
     try:
         system.create_thread("t", messages[0].created_at, "appends")
         for msg in messages[:10]:
             system.append("t", msg)
         samples = []
+        cpu = time.process_time()
         for msg in messages[10:]:
             start = time.perf_counter()
             system.append("t", msg)
             samples.append(time.perf_counter() - start)
+        cpu = time.process_time() - cpu
         return {
             "per_s": _median_rate(len(samples), sum(samples)),
             "median": statistics.median(samples),
             "count": len(samples),
+            "cpu": cpu / len(samples),
         }
     finally:
         system.close()
@@ -250,6 +259,54 @@ def forks_by_history(
                         samples.append(time.perf_counter() - start)
                     out[str(history)] = statistics.median(samples)
         return out
+    finally:
+        system.close()
+
+
+def wal_pages(root: Path, batch_size: int) -> dict[str, float | None]:
+    """Pages the local store (durable=False) writes to its WAL per append, per fork at
+    history 1,000 and per batch: the WAL is emptied, a few commits run (fewer than make
+    the store checkpoint on its own), and its growth is divided by the frame size. A
+    figure is None if a checkpoint ran meanwhile (it may have restarted the WAL)."""
+    system = _open("cas-nd", root)
+    try:
+        store = system.j.store  # type: ignore[attr-defined]
+        db = store.db
+        frame = int(db.row("PRAGMA page_size")[0]) + 24
+        wal = Path(f"{db.path}-wal")
+        messages = small_messages(1_100 + 3 * batch_size, "p")
+        system.create_thread("t", messages[0].created_at, "pages")
+        ids: list[str] = []
+        for at in range(0, 1_000, 200):
+            ids += system.append_batch("t", messages[at : at + 200])
+        singles = iter(messages[1_000:1_100])
+        batches = iter(
+            messages[at : at + batch_size] for at in range(1_100, len(messages), batch_size)
+        )
+        forks = iter(range(1_000))
+
+        def fork() -> None:
+            system.fork("t", ids, f"f{next(forks)}", wl.EPOCH)
+
+        def per_commit(operation: Callable[[], object], count: int, warm: int = 3) -> float | None:
+            for _ in range(warm):  # warm up: the pages just emptied are read back first
+                operation()
+            db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            db._writes, db._pages = 1, 0  # no background checkpoint asked for meanwhile
+            before, checkpoints = wal.stat().st_size, db.checkpointer.checkpoints
+            for _ in range(count):
+                operation()
+            grown = wal.stat().st_size - max(before, 32)  # 32: the WAL header
+            if db.checkpointer.checkpoints != checkpoints:
+                return None
+            return grown / frame / count
+
+        return {
+            "append": per_commit(lambda: system.append("t", next(singles)), 40),
+            "fork": per_commit(fork, 40),
+            "batch": per_commit(lambda: system.append_batch("t", next(batches)), 2, warm=1),
+            "batch_size": batch_size,
+        }
     finally:
         system.close()
 
@@ -371,6 +428,7 @@ def run(
         "forks": {},
         "first_page": {},
         "compacted": {},
+        "wal": {},
     }
     started = time.perf_counter()
 
@@ -450,6 +508,12 @@ def run(
             lambda: compacted_bytes(scale, scratch("compacted-1"), format1),
             errors,
         )
+    if "wal" in sections and (systems is None or "cas-nd" in systems):
+        doc["wal"] = _section(
+            "pages per commit",
+            lambda: wal_pages(scratch("wal"), min(100, wl.SCALES[scale].batch_size)),
+            errors,
+        )
     doc["machine"]["loadavg_end"] = os.getloadavg()
     doc["total_seconds"] = time.perf_counter() - started
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -510,9 +574,9 @@ def report(doc: dict[str, Any]) -> str:
         "",
         "## Single appends (one entry per call)",
         "",
-        "| system | small messages | per append | deep-workload messages "
+        "| system | small messages | per append | CPU per append | deep-workload messages "
         "| ratio to cas (same durability) |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for name in APPEND_SYSTEMS:
         small = _get(doc, "single", name) or {}
@@ -522,7 +586,7 @@ def report(doc: dict[str, Any]) -> str:
         ratio = f"{TIMES}{ours / small['per_s']:.2f}" if ours and small.get("per_s") else ""
         lines.append(
             f"| {name} | {_rate(small.get('per_s'))} | {_time(small.get('median'))} | "
-            f"{_rate(deep.get('per_s'))} | {ratio} |"
+            f"{_time(small.get('cpu'))} | {_rate(deep.get('per_s'))} | {ratio} |"
         )
     durable = _get(doc, "single", "cas", "median")
     if durable and fsync:
@@ -574,6 +638,21 @@ def report(doc: dict[str, Any]) -> str:
                 f"| {code} | {workload} | {row['logical']:,} | {row['compacted']['bytes']:,} | "
                 f"{row['ratio']:.3f} | {row['compacted']['du']:,} | {row['ratio_du']:.3f} |"
             )
+    wal = doc.get("wal") or {}
+    if wal:
+        lines += [
+            "",
+            "## Pages per commit (cas-journal, durable=False, WAL frames)",
+            "",
+            f"| append | fork (H=1,000) | batch of {wal.get('batch_size')} |",
+            "|---|---|---|",
+            "| "
+            + " | ".join(
+                "n/a" if wal.get(key) is None else f"{wal[key]:.1f}"
+                for key in ("append", "fork", "batch")
+            )
+            + " |",
+        ]
     if doc.get("errors"):
         lines += ["", "Errors:", ""] + [f"- {k}: {v}" for k, v in doc["errors"].items()]
     return "\n".join(lines) + "\n"
