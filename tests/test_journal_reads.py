@@ -253,6 +253,45 @@ def test_nearby_objects_hand_out_neighbours_once_and_stay_bounded(tmp_path):
     assert sum(len(body) for _, body in small._pending.values()) <= 200
 
 
+class _Blocks:
+    """An object store whose objects come in fixed blocks of neighbours (as packs)."""
+
+    def __init__(self, blocks: list[list[tuple[str, bytes]]]) -> None:
+        self.block_of = {oid: block for block in blocks for oid, _ in block}
+
+    def get_with_neighbours(self, oid: str) -> list[tuple[str, Kind, bytes]]:
+        return [(other, Kind.BLOB, body) for other, body in self.block_of[oid]]
+
+    def get(self, oid: str) -> tuple[Kind, bytes]:
+        return Kind.BLOB, dict(self.block_of[oid])[oid]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 60), min_size=1, max_size=8), min_size=1, max_size=12),
+    st.lists(st.integers(0, 200), max_size=80),
+    st.integers(1, 300),
+)
+def test_nearby_objects_stay_bounded_however_they_are_taken(
+    sizes: list[list[int]], asks: list[int], max_bytes: int
+) -> None:
+    """Whatever order objects are asked for in (``get`` or the walker's ``take``), every
+    answer is the object asked for, and the bodies kept never pass ``max_bytes``."""
+    blocks = [
+        [(f"{b:02x}{i:02x}", bytes([b % 256]) * size) for i, size in enumerate(block)]
+        for b, block in enumerate(sizes)
+    ]
+    store = _Blocks(blocks)
+    oids = [oid for block in blocks for oid, _ in block]
+    nearby = NearbyObjects(store, max_bytes=max_bytes)  # type: ignore[arg-type]
+    for number, ask in enumerate(asks):
+        oid = oids[ask % len(oids)]
+        taken = nearby.take(oid, None) if number % 3 == 0 else None
+        found = taken if taken is not None else nearby.get(oid)
+        assert found == store.get(oid)
+        assert sum(len(body) for _, body in nearby._pending.values()) <= max_bytes
+
+
 def test_nearby_objects_batch_the_rest_when_nothing_is_packed():
     store = MemoryStore().objects
     oids = [store.put(Kind.BLOB, f"blob {i}".encode()) for i in range(5)]

@@ -278,7 +278,7 @@ class EntryReader:
                 if fields is None:
                     fields = _payload_fields(payload, text)
                 entry = built(oid, node, text, fields, thread_id)
-                weight = entry_weight(entry)
+                weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight(entry): raw is text
                 put(oid, entry, weight)
             else:
                 weight = entry_weight(entry)

@@ -26,12 +26,16 @@ class EntryGraph:
         self.nearby = NearbyObjects(objects)
         """Reads that keep each object's pack neighbours (the chain's next nodes) for later."""
         self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
+        self._cached = self._cache.get
+        self._take = self.nearby.take
 
     def node(self, oid: str) -> EntryNode:
-        """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent."""
-        node = self._cache.get(oid)
+        """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent.
+        (Runs once per entry of a path read: a kept neighbour is taken directly.)"""
+        node = self._cached(oid)
         if node is None:
-            kind, body = self.nearby.get(oid)
+            found = self._take(oid, None)
+            kind, body = found if found is not None else self.nearby.get(oid)
             if kind is not Kind.ENTRY:
                 raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")
             node = self._cache.put(oid, EntryNode.parse(body, oid))

@@ -10,6 +10,10 @@ they are asked for. Each block is then decompressed and split once per walk.
 
 Only verified objects are kept, each is handed out once (a caller caches what it
 builds from it), and the total is bounded: the oldest neighbours are dropped first.
+Handing one out is a single dict pop (``take``), which a chain walker calls directly:
+the byte count is then an upper bound (what was kept since it was last counted), and
+when it passes ``max_bytes`` the kept bodies are counted again and, if they pass half
+of it, the oldest are dropped down to half (so the recount costs O(1) per byte kept).
 ``get_if_read`` hands out an object only if a read so far brought it (a kept neighbour,
 or what the store keeps from its own last read: ``ObjectStore.get_if_read``), so a
 chain walker can pick up a node's companions on the way and batch-read the rest.
@@ -18,7 +22,7 @@ chain walker can pick up a node's companions on the way and batch-read the rest.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ..backends import ObjectStore
 from ..objects import Kind
@@ -34,12 +38,17 @@ class NearbyObjects:
         self.objects = objects
         self.max_bytes = max_bytes
         self._pending: dict[str, tuple[Kind, bytes]] = {}
+        self.take: Callable[[str, None], tuple[Kind, bytes] | None] = self._pending.pop
+        """``take(oid, None)``: the kept neighbour ``oid`` (handed out: no longer kept),
+        or None, without reading storage (the dict's own ``pop``: one call per object
+        of a walk)."""
         self._bytes = 0
+        """Bytes kept, at most (neighbours handed out since the last count are in it)."""
         self._lock = threading.Lock()
 
     def get(self, oid: str) -> tuple[Kind, bytes]:
         """``(kind, body)`` of ``oid``, verified; ObjectNotFound if the store lacks it."""
-        found = self._take(oid)
+        found = self.take(oid, None)
         if found is not None:
             return found
         result: tuple[Kind, bytes] | None = None
@@ -54,9 +63,8 @@ class NearbyObjects:
                 elif other not in pending:
                     pending[other] = (kind, body)
                     self._bytes += len(body)
-            while self._bytes > self.max_bytes and pending:
-                oldest = next(iter(pending))
-                self._bytes -= len(pending.pop(oldest)[1])
+            if self._bytes > self.max_bytes:
+                self._trim()
         if result is None:  # a store that answered without it: ask plainly
             result = self.objects.get(oid)
         return result
@@ -65,18 +73,24 @@ class NearbyObjects:
         """``(kind, body)`` of ``oid`` if a read so far brought it at no cost (a kept
         neighbour, or what the store itself keeps: ``ObjectStore.get_if_read``), verified;
         else None, without reading storage."""
-        found = self._take(oid)
+        found = self.take(oid, None)
         if found is None:
             found = self.objects.get_if_read(oid)
         return found
 
-    def _take(self, oid: str) -> tuple[Kind, bytes] | None:
-        # one atomic pop, no lock (this runs once per object of a walk); the byte count
-        # only bounds memory, and it restarts from zero whenever nothing is kept
-        found = self._pending.pop(oid, None)
-        if found is not None:
-            self._bytes = self._bytes - len(found[1]) if self._pending else 0
-        return found
+    def _trim(self) -> None:
+        """Count the kept bodies; past half of ``max_bytes``, drop the oldest down to
+        half (under the lock; ``take`` pops without it, so a neighbour popped meanwhile
+        is simply not there to drop)."""
+        pending = self._pending
+        kept = sum(len(body) for _, body in list(pending.values()))
+        half = self.max_bytes // 2
+        while kept > half and pending:
+            try:
+                kept -= len(pending.pop(next(iter(pending)))[1])
+            except (KeyError, RuntimeError, StopIteration):  # taken meanwhile: count again
+                kept = sum(len(body) for _, body in list(pending.values()))
+        self._bytes = kept
 
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """``(oid, kind, body)`` of each of ``oids`` (in the given order as far as they
@@ -85,8 +99,9 @@ class NearbyObjects:
         ``get_many``, which batches them."""
         rest: list[str] = []
         alone = False
+        take = self.take
         for oid in dict.fromkeys(oids):
-            found = self._take(oid)
+            found = take(oid, None)
             if found is not None:
                 yield oid, found[0], found[1]
             elif alone:

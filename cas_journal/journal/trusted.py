@@ -68,6 +68,16 @@ def _optional(convert: Convert) -> Convert:
     return optional
 
 
+def _optional_model(constructor: Constructor[Any]) -> Convert:
+    """``_optional(constructor)`` with one call less (a message in every entry)."""
+    with_fields = constructor.with_fields
+
+    def optional_model(value: Any) -> Any:
+        return None if value is None else with_fields(value, _NOTHING)
+
+    return optional_model
+
+
 def _str_or(convert: Convert) -> Convert:
     def str_or(value: Any) -> Any:
         return value if type(value) is str else convert(value)
@@ -105,7 +115,10 @@ def _plan(annotation: Any) -> Convert:
     if origin in (types.UnionType, typing.Union):
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(members) == 1 and len(typing.get_args(annotation)) == 2:
-            return _optional(_plan(members[0]))
+            inner = members[0]
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return _optional_model(Constructor(inner))
+            return _optional(_plan(inner))
         if str in members:  # an exact str is a str member (pydantic's smart union too)
             return _str_or(TypeAdapter(annotation).validate_python)
     elif origin is typing.Annotated:
@@ -318,7 +331,10 @@ class Constructor(Generic[M]):
         fields.update(trusted)
         model = self.model.__new__(self.model)
         _set(model, "__dict__", fields)
-        _set(model, "__pydantic_fields_set__", self._fields_set((*data, *trusted)))
+        names = (*data, *trusted)
+        shared = self._field_sets.get(names) if self._field_sets is not None else None
+        _set(model, "__pydantic_fields_set__", shared or self._fields_set(names))
         _set(model, "__pydantic_extra__", None)
-        _set(model, "__pydantic_private__", self._private_of(None))
+        private = self._private
+        _set(model, "__pydantic_private__", None if private is None else dict(private))
         return model
