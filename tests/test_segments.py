@@ -433,3 +433,40 @@ def test_stats_count_a_segment_run_as_the_same_run_saved_as_chains():
     assert segs.logical_bytes == chain.logical_bytes > 0
     assert segs.logical_checkpoints == chain.logical_checkpoints == 20
     assert segs.content_bytes >= chain.content_bytes  # a message re-sent is stored again
+
+
+def test_a_save_on_a_deleted_runs_segment_during_gc_keeps_what_it_reaches(tmp_path):
+    """A save builds on its memo's segment, which gc marked as garbage (the run was
+    deleted) and is about to sweep: the save freshens it, and the sweep keeps it."""
+    from datetime import timedelta
+
+    from cas_journal.backends import LocalStore
+
+    j = cj.Journal.open(tmp_path / "s", durable=False)
+    j.checkpoints.segments = True
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(8)]
+    j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=1, messages=messages[:3]))
+    j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=2, messages=messages[:6]))
+    j.checkpoints.delete("a")
+    other = LocalStore(tmp_path / "s", durable=False)  # another process's gc
+    copies = other.stored_copies
+    saved: list[bool] = []
+
+    def save_first(real):
+        def wrapper(names, older_than):
+            if not saved:  # gc has marked and listed its garbage: the run is saved again
+                saved.append(True)
+                j.checkpoints.save(cj.Checkpoint(run_id="a", iteration=3, messages=messages))
+            return real(names, older_than)
+
+        return wrapper
+
+    copies.delete_loose = save_first(copies.delete_loose)  # type: ignore[method-assign]
+    copies.retire_packs = save_first(copies.retire_packs)  # type: ignore[method-assign]
+    gc(other, prune_now=True, reflog_expiry=timedelta(0))
+    assert saved
+    assert segment(j, head_node(j, "a").segment).keep == 6  # it built on the old segment
+    assert cj.Journal(j.store).checkpoints.load("a").messages == messages
+    assert fsck(j.store).ok
+    j.close()
+    other.close()
