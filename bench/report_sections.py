@@ -310,7 +310,7 @@ def errors_section(runs: Runs) -> list[str]:
 
 SYSTEM_NOTES = {
     "cas": "entries/payloads/thread states as BLAKE3-named zstd objects; fork = ref copy; "
-    "checkpoints share unchanged message nodes",
+    "checkpoints: one segment per save (its new messages inline, the rest kept by reference)",
     "cas-nd": "as cas, no fsync",
     "jsonl": "one .jsonl per thread, fork copies prefix lines; checkpoints: one line per "
     "iteration with the full list",

@@ -509,6 +509,61 @@ def test_fast_parser_accepts_and_refuses_like_the_reference(data):
     assert got == expected
 
 
+@given(any_json, st.booleans())
+def test_exact_parser_reads_what_the_reference_parser_reads(value, orjson_text):
+    """parse_json_exact (segments) takes shortcuts at C speed: a text that is orjson's own
+    writing, or one without 19 digits in a row; neither may change what is read."""
+    import orjson
+
+    from cas_journal.objects.canonical import parse_json_exact, reference_json
+
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS) if orjson_text else None
+    except TypeError:
+        data = None
+    try:
+        data = data or reference_json(value)
+    except InvalidInputError:
+        return
+    parsed = parse_json_exact(data)
+    expected = json.loads(data)
+    assert parsed == expected and _types(parsed) == _types(expected)
+
+
+@given(st.binary(max_size=64) | st.text(max_size=40).map(str.encode))
+def test_exact_parser_accepts_and_refuses_like_the_reference(data):
+    from cas_journal.objects.canonical import parse_json_exact
+
+    try:
+        expected = ("ok", _types(json.loads(data)))
+    except (ValueError, RecursionError) as exc:
+        expected = ("error", type(exc).__name__ == "RecursionError")
+    try:
+        got = ("ok", _types(parse_json_exact(data)))
+    except (ValueError, RecursionError) as exc:
+        got = ("error", type(exc).__name__ == "RecursionError")
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"n":18446744073709551616}',  # orjson reads these as floats
+        b'{"n":-9223372036854775809,"s":"x"}',
+        b"[123456789012345678901234567890,1.5]",
+        b'{"a":1e16,"n":99999999999999999999}',
+        b'{"s":"1234567890123456789012"}',  # 22 digits in a string: read as it is
+        b'{"f":1.2345678901234568e+23}',
+        b"[1e400]",
+        b"[-0.0,0,1.0,true]",
+    ],
+)
+def test_exact_parser_keeps_long_integers_and_floats_apart(data):
+    from cas_journal.objects.canonical import parse_json_exact
+
+    assert _types(parse_json_exact(data)) == _types(json.loads(data))
+
+
 def test_parse_json_keeps_big_integers_exact():
     from cas_journal.objects.canonical import parse_json
 
