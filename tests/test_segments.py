@@ -323,7 +323,10 @@ def test_a_segment_keeping_more_than_its_base_holds_is_a_clear_error():
         cj.Journal(j.store).checkpoints.load("r")
     assert liar in str(raised.value) and "keeps 3" in str(raised.value)
     report = fsck(j.store)
-    assert report.ok  # each object is well formed on its own; a load and sync refuse it
+    assert [(p.subject, p.message) for p in report.problems] == [
+        (liar, "segment keeps 3 messages of a list of 2")
+    ]
+    assert fsck(j.store, quick=True).ok  # quick mode checks reachability only
     target = cj.Journal.memory()
     with pytest.raises(CorruptObject, match="keeps 3 messages of a list of 2"):
         sync(j.store, target.store)
@@ -336,6 +339,8 @@ def test_a_checkpoint_counting_other_than_its_segment_is_a_clear_error():
     with pytest.raises(CorruptObject) as raised:
         cj.Journal(j.store).checkpoints.load("r")
     assert one in str(raised.value)
+    problems = [p.message for p in fsck(j.store).problems]
+    assert problems == ["checkpoint claims 3 messages, its segment holds 2"]
     kind_lie = j.store.objects.put(Kind.BLOB, b'{"messages":[{}]}')
     _put_checkpoint(j, kind_lie, 1)
     with pytest.raises(CorruptObject, match="expected a segment"):

@@ -3,7 +3,9 @@
 Full mode reads and hash-verifies every stored object (every loose file and every
 packed copy), checks that every object a stored object references exists with the
 right kind, that every ref and reflog entry points at an existing object of the right
-kind, that every lease parses, and that every pack index is intact. Quick mode checks
+kind, that every lease parses, and that every pack index is intact; and that message
+lists add up: a segment keeps no more messages than its base's list holds, and a
+checkpoint naming a segment counts as many messages as the segment's list holds. Quick mode checks
 reachability only: it walks from the refs and reflogs, reading every structured object
 on the way and checking that every referenced blob exists. Both check that every ref
 agrees with what it points at: ``threads/<id>`` with a state of thread ``<id>`` whose
@@ -21,6 +23,8 @@ from ..journal.state import CHECKPOINT_PREFIX, LEASE_PREFIX, THREAD_PREFIX, meta
 from ..objects import (
     CheckpointNode,
     Kind,
+    MessageNode,
+    SegmentNode,
     ThreadStateNode,
     is_oid,
     parse_node,
@@ -63,6 +67,7 @@ def fsck(
         kinds = _verify_stored_copies(store, problem, report, progress)
         report.objects_checked = len(kinds)
         _check_references(store, kinds, problem)
+        _check_message_lists(store, kinds, problem)
         for oid, kind, where in start:
             found = kinds.get(oid)
             if found is None:
@@ -187,3 +192,63 @@ def _check_references(store: Store, kinds: dict[str, Kind], problem: Report) -> 
                 problem(oid, f"references missing {expected.value} {ref}")
             elif actual is not expected:
                 problem(oid, f"references {ref} as a {expected.value}, but it is a {actual.value}")
+
+
+def _check_message_lists(store: Store, kinds: dict[str, Kind], problem: Report) -> None:
+    """Segments keep no more than their bases hold; checkpoints count their segments'
+    lists right. (Objects that do not parse, or are missing, are reported elsewhere.)"""
+    lengths: dict[str, int] = {}
+
+    def chain_length(last: str) -> int | None:
+        pending: list[str] = []
+        current: str | None = last
+        while current is not None and current not in lengths:
+            if kinds.get(current) is not Kind.MESSAGE:
+                return None
+            node = _parsed(store, current)
+            if not isinstance(node, MessageNode):
+                return None
+            pending.append(current)
+            current = node.parent
+        length = 0 if current is None else lengths[current]
+        for oid in reversed(pending):
+            length += 1
+            lengths[oid] = length
+        return lengths[last]
+
+    def list_length(oid: str, kind: Kind) -> int | None:
+        if kind is Kind.MESSAGE:
+            return chain_length(oid)
+        if oid not in lengths:
+            node = _parsed(store, oid) if kinds.get(oid) is Kind.SEGMENT else None
+            if not isinstance(node, SegmentNode):
+                return None
+            lengths[oid] = node.length
+        return lengths[oid]
+
+    for oid, kind in kinds.items():
+        if kind is Kind.SEGMENT:
+            segment = _parsed(store, oid)
+            if not isinstance(segment, SegmentNode) or segment.below is None:
+                continue
+            held = list_length(*segment.below)
+            if held is not None and segment.keep > held:
+                problem(oid, f"segment keeps {segment.keep} messages of a list of {held}")
+        elif kind is Kind.CHECKPOINT:
+            node = _parsed(store, oid)
+            if isinstance(node, CheckpointNode) and node.segment is not None:
+                held = list_length(node.segment, Kind.SEGMENT)
+                if held is not None and held != node.message_count:
+                    problem(
+                        oid,
+                        f"checkpoint claims {node.message_count} messages, its segment holds "
+                        f"{held}",
+                    )
+
+
+def _parsed(store: Store, oid: str) -> object | None:
+    try:
+        found, body = store.objects.get(oid)
+        return parse_node(found, body, oid)
+    except JournalError:
+        return None
