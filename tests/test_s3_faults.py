@@ -246,12 +246,13 @@ def test_workload_under_faults(
     bucket = s3_server.new_bucket()
     ledger = Ledger()
     with cj.Journal(through(proxy, s3_server, bucket)) as j:
-        proxy.set_rules(*SCENARIOS[scenario], seed=17)
-        workload(j, ledger, scenario)
-        injected = proxy.injected()
-        # two writers (separate handles, as separate processes are) race on one thread
+        # a second writer (a separate handle, as a separate process is) for the race below,
+        # opened before the faults: opening is not an operation of the ledger, and its
+        # probes of conditional writes would fail the test where a user gets a StorageError
         other = cj.Journal(through(proxy, s3_server, bucket))
+        proxy.set_rules(*SCENARIOS[scenario], seed=17)
         try:
+            workload(j, ledger, scenario)
             # a create whose index ref write is one the proxy fails on every attempt fails
             # (nothing created); each try has a new created_at, so a new index ref
             for _ in range(8):
@@ -260,6 +261,7 @@ def test_workload_under_faults(
                 )
                 if made.error is None or isinstance(made.error, cj.ThreadExists):
                     break
+            # the two writers race on one thread
             racers = [
                 threading.Thread(
                     target=lambda w=w, handle=handle: [
