@@ -273,9 +273,9 @@ class Checkpointer:
                     if conn is None:
                         conn = connect(self.path, self.durable)
                     found = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.checkpoints += 1
                     if found is None or int(found[1]) >= self.restart_frames:
                         self.finish_wanted = True
+                    self.checkpoints += 1  # last: a checkpoint counted has had its effect
                 except sqlite3.Error:
                     if conn is not None:
                         with contextlib.suppress(sqlite3.Error):
