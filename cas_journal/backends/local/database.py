@@ -70,10 +70,22 @@ commit acknowledged before the deletion; then it is closed, and the next call op
 connection on the files now in place. ``close`` does the same rescue. Deleting
 ``store.db`` itself deletes the store: SQLite refuses writes to a moved or unlinked
 database, and a new process cannot open it.
+
+Exit: closing the store's last connection (``close``, in whichever process is the store's
+last user) lets SQLite copy the WAL into ``store.db`` and delete it, so the next process
+opens a store without a WAL. A process that ends without closing its stores (no
+``close``, no ``with``) has them closed at interpreter exit (``atexit``): otherwise it
+would leave its WAL behind (up to ``RELAXED_RESTART_FRAMES`` pages, 16 MiB; 9 MiB after
+250 checkpoint saves of 750 messages without ``durable``), and the next process to open
+the store would read all of it to rebuild the WAL index (measured on a loaded 2-core VM:
+opening that store took 7-19 ms instead of 2, in every new process until a writer closed
+it). A killed process still leaves its WAL; the next process reads it as SQLite's recovery
+does, and nothing committed is lost either way.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
@@ -214,6 +226,17 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_all_at_exit() -> None:
+    """Close every store this process still has open (see "Exit" in the module docstring);
+    best effort: a store that fails to close keeps its WAL, which loses nothing."""
+    for database in list(_OPEN):
+        with contextlib.suppress(Exception):
+            database.close()
+
+
+atexit.register(_close_all_at_exit)
 
 
 class FilesReplaced(StorageError):
