@@ -32,6 +32,10 @@ _set = object.__setattr__
 _NOTHING: dict[str, Any] = {}
 """No trusted fields (never changed)."""
 Convert = Callable[[Any], Any]
+_ShapePlan = tuple[
+    tuple[tuple[str, Convert], ...], tuple[tuple[str, Callable[..., Any]], ...], set[str] | None
+]
+"""(fields to convert, factories of missing fields, shared set of fields set)."""
 
 
 def _check(kind: type) -> Convert:
@@ -179,6 +183,8 @@ class Constructor(Generic[M]):
         self._field_sets: dict[tuple[str, ...], set[str]] | None = (
             {} if self._direct and model.model_config.get("frozen") else None
         )
+        self._shapes: dict[tuple[Any, ...], _ShapePlan] = {}
+        """What a direct build does for data of one shape (``_shape_plan``), by shape."""
         # what a direct build starts from (model_construct fills in defaults itself)
         self._defaults = {
             name: field.default
@@ -227,6 +233,34 @@ class Constructor(Generic[M]):
             found = set(names)
             if len(shared) < SHARED_FIELD_SETS:
                 shared[names] = found
+        return found
+
+    def _shape_plan(
+        self, data: dict[str, Any], trusted: dict[str, Any], shape: tuple[Any, ...]
+    ) -> _ShapePlan:
+        """What building from ``data`` (and ``trusted``) takes, for every data of the same
+        shape (its field names in order, the trusted names, the type of each value): the
+        fields to convert (those not of their field's exact type), the factories of the
+        missing fields, and the shared set of fields set (None: each instance gets its
+        own). ValueError for a field the model lacks. The first ``SHARED_FIELD_SETS``
+        shapes are kept."""
+        plans = self.plans if self.plans is not None else self._plans()
+        exact = self._exact.get
+        converts: list[tuple[str, Convert]] = []
+        for name, value in data.items():
+            if exact(name) is not type(value):
+                plan = plans.get(name)
+                if plan is None:
+                    raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+                converts.append((name, plan))
+        factories = tuple(
+            (name, factory) for name, factory in self._factories.items() if name not in data
+        )
+        names = (*data, *trusted)
+        shared = self._fields_set(names) if self._field_sets is not None else None
+        found: _ShapePlan = (tuple(converts), factories, shared)
+        if len(self._shapes) < SHARED_FIELD_SETS:
+            self._shapes[shape] = found
         return found
 
     def _fields(self, data: Any) -> dict[str, Any]:
@@ -315,25 +349,21 @@ class Constructor(Generic[M]):
             fields = self._fields(data)
             fields.update(trusted)
             return self._build(fields, self._fields_set((*data, *trusted)))
-        plans = self.plans if self.plans is not None else self._plans()
-        exact = self._exact.get
+        shape = (*data, *trusted, *map(type, data.values()))
+        plan = self._shapes.get(shape)
+        if plan is None:
+            plan = self._shape_plan(data, trusted, shape)
+        converts, factories, shared = plan
         fields = self._defaults.copy()
         fields.update(data)
-        for name, value in data.items():
-            if exact(name) is not type(value):
-                plan = plans.get(name)
-                if plan is None:
-                    raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
-                fields[name] = plan(value)
-        for name, factory in self._factories.items():
-            if name not in data:
-                fields[name] = factory()  # type: ignore[call-arg]
+        for name, convert in converts:
+            fields[name] = convert(fields[name])
+        for name, factory in factories:
+            fields[name] = factory()
         fields.update(trusted)
         model = self.model.__new__(self.model)
         _set(model, "__dict__", fields)
-        names = (*data, *trusted)
-        shared = self._field_sets.get(names) if self._field_sets is not None else None
-        _set(model, "__pydantic_fields_set__", shared or self._fields_set(names))
+        _set(model, "__pydantic_fields_set__", shared or set((*data, *trusted)))
         _set(model, "__pydantic_extra__", None)
         private = self._private
         _set(model, "__pydantic_private__", None if private is None else dict(private))
