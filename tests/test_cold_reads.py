@@ -351,3 +351,52 @@ def test_a_constructor_sets_up_private_attributes_as_pydantic_does():
     assert copy._state_oid == "s" * 64 and copy.title == "t"
     copy._state_oid = None  # each copy owns its private attributes
     assert built._state_oid == "s" * 64
+
+
+# -- build plans per data shape: a shape seen before is checked as the first one was --------
+
+_SHAPE_VALUES = st.one_of(
+    st.text(max_size=3), st.integers(-2, 2), st.booleans(), st.none(), st.just([]), st.just({})
+)
+_SHAPED = st.dictionaries(
+    st.sampled_from(["role", "content", "tool_args", "compaction_generation", "kind"]),
+    _SHAPE_VALUES,
+    max_size=4,
+)
+_SHARED_ENTRY_BUILDER = EntryReader(EntryGraph(cj.Journal.memory().store.objects))
+"""One reader for every example: its constructor's plans per shape are reused across them."""
+
+
+@given(st.lists(_SHAPED, min_size=1, max_size=4))
+def test_a_reused_constructor_accepts_and_refuses_as_pydantic_does(messages):
+    import json
+
+    from pydantic import ValidationError
+
+    for message in messages:
+        raw = json.dumps({"type": "user_message", "message": message})
+        try:
+            expected = cj.Entry.model_validate_json(raw, strict=True)
+        except ValidationError:
+            expected = None
+        try:
+            built = _SHARED_ENTRY_BUILDER.build("b" * 64, NODE, raw, "t")
+        except CorruptObject as exc:
+            assert exc.oid == OID
+            assert expected is None, message
+            continue
+        assert expected is not None, message
+        assert built.message == expected.message
+        assert built.message.model_fields_set == expected.message.model_fields_set
+
+
+def test_instances_of_a_model_that_is_not_frozen_own_their_set_of_fields_set():
+    from cas_journal.journal.trusted import Constructor
+
+    meta = Constructor(cj.ThreadMeta)
+    first = meta.with_fields({"title": "a"}, {"id": "x"})
+    second = meta.with_fields({"title": "b"}, {"id": "y"})
+    assert first.model_fields_set == second.model_fields_set == {"title", "id"}
+    assert first.__pydantic_fields_set__ is not second.__pydantic_fields_set__
+    with pytest.raises(ValueError):
+        meta.with_fields({"title": 5}, {"id": "z"})  # same names, another value type
