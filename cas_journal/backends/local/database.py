@@ -78,7 +78,7 @@ opens a store without a WAL. A process that ends without closing its stores (no
 would leave its WAL behind (up to ``RELAXED_RESTART_FRAMES`` pages, 16 MiB; 9 MiB after
 250 checkpoint saves of 750 messages without ``durable``), and the next process to open
 the store would read all of it to rebuild the WAL index (measured on a loaded 2-core VM:
-opening that store took 7-19 ms instead of 2, in every new process until a writer closed
+opening that store took 7-19 ms instead of 2, in every new process until one closed
 it). A killed process still leaves its WAL; the next process reads it as SQLite's recovery
 does, and nothing committed is lost either way.
 """
