@@ -499,7 +499,9 @@ def run(
             errors,
         )
     if "compacted" in sections:
-        doc["compacted"]["format 2"] = _section(
+        from cas_journal.backends.local import FORMAT_VERSION
+
+        doc["compacted"][f"format {FORMAT_VERSION}"] = _section(
             "bytes after pack+gc", lambda: compacted_bytes(scale, scratch("compacted")), errors
         )
     if format1 and "compacted" in sections:

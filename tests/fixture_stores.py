@@ -4,17 +4,23 @@ Each ``fixtures/format<N>/`` holds a store written by the last code of format N 
 ``expected.json`` made by that code: threads (metadata, path, entries), deleted threads,
 reflog lines, checkpoint runs (every iteration's messages), deleted runs, the turn lease
 and every object id. ``check_journal_holds`` compares a journal opened on it with today's
-code against that record.
+code against that record. ``open_killed_at`` and ``events_of_an_open`` kill an open (which
+upgrades an older store) at each step, as the crash harness does.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 
 import cas_journal as cj
+from cas_journal.backends import LocalStore
 from cas_journal.maintenance import fsck
 
 
@@ -59,3 +65,32 @@ def check_journal_holds(j: cj.Journal, expected: dict[str, Any]) -> None:
     assert sorted(j.store.objects.iter_oids()) == expected["objects"]
     report = fsck(j.store)
     assert report.ok, report.problems
+
+
+def open_killed_at(root: Path, kill_at: int) -> bool:
+    """Open (and so upgrade) ``root`` in a child that SIGKILLs itself at event ``kill_at``
+    (``tests/harness.py``); True if the kill happened before the open finished."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        trap = harness.SyscallTrap(kill_at, seed=kill_at)
+        trap.install()
+        with trap.operation():
+            LocalStore(root, durable=True).close()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def events_of_an_open(root: Path, count_file: Path) -> int:
+    """How many events (file-system calls, SQL statements) opening ``root`` takes, counted
+    in a child (which upgrades ``root``) and passed back through ``count_file``."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        trap = harness.SyscallTrap(0)
+        trap.install()
+        with trap.operation():
+            LocalStore(root, durable=True).close()
+        count_file.write_text(str(trap.calls))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return int(count_file.read_text())

@@ -78,3 +78,12 @@ class ReadCounter:
 def stored(j: cj.Journal) -> set[str]:
     """Every oid in the journal's store."""
     return set(j.store.objects.iter_oids())
+
+
+def typed(value: object) -> object:
+    """The value with every scalar as (type, repr): equal only if the types agree too."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, repr(value))

@@ -6,7 +6,7 @@ import pytest
 from backend_contract import HOSTILE_NAMES
 from hypothesis import given
 from hypothesis import strategies as st
-from journal_helpers import ReadCounter, at, stored
+from journal_helpers import ReadCounter, at, stored, typed
 
 import cas_journal as cj
 from cas_journal.objects import Kind, MessageNode, canonical_json
@@ -269,15 +269,6 @@ def test_messages_changed_in_place_between_saves_are_seen(j):
     loaded = j.checkpoints.load("r")
     loaded.messages[0]["meta"]["n"] = 99  # what load returns is the caller's own copy
     assert j.checkpoints.load("r").messages[0]["meta"]["n"] == 2
-
-
-def typed(value):
-    """The value with every scalar as (type, repr): equal only if the types agree too."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed(v) for v in value]
-    return (type(value).__name__, repr(value))
 
 
 EQUAL_BUT_DIFFERENT = [

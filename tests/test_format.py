@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-import harness
 import pytest
 from click.testing import CliRunner
-from fixture_stores import check_journal_holds
+from fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
 from s3_server import PREFIX, S3Server
 
 import cas_journal as cj
@@ -186,38 +184,12 @@ def test_format_2_code_syncing_into_a_format_3_store_is_refused(
 # -- a kill during the upgrade ---------------------------------------------------------------
 
 
-def _open_killed_at(root: Path, kill_at: int) -> bool:
-    """Open (and so upgrade) ``root`` in a child that SIGKILLs itself at event kill_at."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        trap = harness.SyscallTrap(kill_at, seed=kill_at)
-        trap.install()
-        with trap.operation():
-            LocalStore(root, durable=True).close()
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-
-
-def _events_of_an_open(root: Path, count_file: Path) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        trap = harness.SyscallTrap(0)
-        trap.install()
-        with trap.operation():
-            LocalStore(root, durable=True).close()
-        count_file.write_text(str(trap.calls))
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return int(count_file.read_text())
-
-
 def test_an_upgrade_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Path) -> None:
-    events = _events_of_an_open(_copy(tmp_path / "count"), tmp_path / "count.txt")
+    events = events_of_an_open(_copy(tmp_path / "count"), tmp_path / "count.txt")
     versions = {2: 0, 3: 0}
     for kill_at in range(1, events + 1):
         root = _copy(tmp_path / f"k{kill_at}")
-        assert _open_killed_at(root, kill_at), kill_at
+        assert open_killed_at(root, kill_at), kill_at
         version = read_format_version(root)
         assert version in (2, 3), (kill_at, version)
         versions[version] += 1

@@ -10,15 +10,12 @@ format 1 or the current one and hold everything.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import harness
 import pytest
-from fixture_stores import check_journal_holds
+from fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,32 +83,11 @@ def test_a_read_only_open_of_a_format_1_store_asks_for_an_upgrade(tmp_path: Path
     assert read_format_version(root) == 1
 
 
-def _migrate_killed_at(root: Path, kill_at: int) -> bool:
-    """Open (and so migrate) ``root`` in a child that SIGKILLs itself at event kill_at."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        trap = harness.SyscallTrap(kill_at, seed=kill_at)
-        trap.install()
-        with trap.operation():
-            LocalStore(root, durable=True).close()
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-
-
 def _events_of_a_migration(tmp_path: Path) -> int:
     root = _copy(tmp_path / "count")
-    trap = harness.SyscallTrap(0)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        trap.install()
-        with trap.operation():
-            LocalStore(root, durable=True).close()
-        (tmp_path / "count.txt").write_text(str(trap.calls))
-        os._exit(0)
-    os.waitpid(pid, 0)
+    events = events_of_an_open(root, tmp_path / "count.txt")
     shutil.rmtree(root)
-    return int((tmp_path / "count.txt").read_text())
+    return events
 
 
 def _kill_points(events: int) -> list[int]:
@@ -129,7 +105,7 @@ def test_a_migration_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Pat
     points = _kill_points(_events_of_a_migration(tmp_path))
     for kill_at in points:
         root = _copy(tmp_path / f"k{kill_at}")
-        killed = _migrate_killed_at(root, kill_at)
+        killed = open_killed_at(root, kill_at)
         version = read_format_version(root)
         assert version in (1, FORMAT_VERSION), (kill_at, version)
         versions[version] += killed

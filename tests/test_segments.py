@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_helpers import stored
+from journal_helpers import stored, typed
 
 import cas_journal as cj
 from cas_journal.errors import CorruptObject
@@ -45,15 +45,6 @@ json_values = st.recursive(
     max_leaves=8,
 )
 messages_st = st.dictionaries(st.text(max_size=4), json_values, max_size=3)
-
-
-def typed(value):
-    """The value with every scalar as (type, repr): equal only if the types agree too."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed(v) for v in value]
-    return (type(value).__name__, repr(value))
 
 
 def segmented(store=None) -> cj.Journal:
