@@ -27,6 +27,7 @@ from .errors import (
     ObjectNotFound,
     StorageError,
     StoreFormatError,
+    StoreUpgradeRequired,
     ThreadExists,
     ThreadNotFound,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "StorageError",
     "StoreFormatError",
     "StoreOptions",
+    "StoreUpgradeRequired",
     "ThreadExists",
     "ThreadMeta",
     "ThreadNotFound",

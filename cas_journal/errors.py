@@ -90,6 +90,11 @@ class StoreFormatError(JournalError):
     """The store was written by an unknown (usually newer) format version."""
 
 
+class StoreUpgradeRequired(StoreFormatError):
+    """The store has an older format that this code reads only once it is upgraded, and
+    the store was opened read-only; opening it writable upgrades it."""
+
+
 class StorageError(JournalError):
     """The underlying storage failed (disk full, read-only, network); nothing was lost."""
 

@@ -94,12 +94,77 @@ def test_a_read_only_open_reads_a_format_2_store_as_it_is(tmp_path: Path) -> Non
 def test_a_read_only_open_still_refuses_format_1(tmp_path: Path) -> None:
     root = tmp_path / "s"
     shutil.copytree(FIXTURE.parent / "format1" / "store", root)
-    with pytest.raises(cj.StoreFormatError, match="upgraded once"):
+    with pytest.raises(cj.StoreUpgradeRequired, match="upgraded once"):
         LocalStore(root, read_only=True)
     assert read_format_version(root) == 1
     with LocalStore(root, durable=False) as store:  # one path: straight to the current format
         assert store.format_version == FORMAT_VERSION
     assert read_format_version(root) == FORMAT_VERSION
+
+
+READING_COMMANDS = (
+    ["threads"],
+    ["threads", "--json"],
+    ["show", "main"],
+    ["log", "main"],
+    ["tree", "main"],
+    ["diff", "main", "main-fork"],
+    ["reflog", "main"],
+    ["stats"],
+    ["checkpoints", "list"],
+    ["checkpoints", "show", "run-1"],
+    ["checkpoints", "history", "run-1"],
+    ["checkpoints", "reflog", "run-1"],
+    ["cat", EXPECTED["unpacked_objects"][0]],
+    ["export", "main"],
+)
+
+
+def _file_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith("store.db-")
+    }
+
+
+@pytest.mark.parametrize("args", READING_COMMANDS, ids=lambda args: " ".join(args[:2]))
+def test_reading_commands_leave_a_format_2_store_as_it_was(tmp_path: Path, args: list[str]) -> None:
+    root = _copy(tmp_path / "s")
+    before = _file_bytes(root)
+    result = CliRunner().invoke(cli, ["--store", str(root), *args])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip()
+    assert _file_bytes(root) == before  # not upgraded, nothing written: older code reads it
+    assert read_format_version(root) == 2
+
+
+def test_a_reading_command_upgrades_a_format_1_store_it_cannot_read_as_it_is(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(FIXTURE.parent / "format1" / "store", root)
+    result = CliRunner().invoke(cli, ["--store", str(root), "threads", "--json"])
+    assert result.exit_code == 0, result.output
+    listed = {thread["id"] for thread in json.loads(result.output)["threads"]}
+    assert listed
+    assert read_format_version(root) == FORMAT_VERSION
+    with LocalStore(root, read_only=True) as store:
+        assert {t.id for t in cj.Journal(store).list_threads()} == listed
+
+
+def test_read_only_is_an_option_of_local_stores_only(tmp_path: Path) -> None:
+    root = _copy(tmp_path / "s")
+    with cj.Journal.open(root, read_only=True) as journal:
+        assert journal.store.format_version == 2  # type: ignore[attr-defined]
+        assert journal.path("main")
+        with pytest.raises(cj.StorageError, match="read-only"):
+            journal.fork("main", new_thread_id="refused")
+    assert read_format_version(root) == 2
+    with pytest.raises(cj.InvalidInputError, match="read_only"):
+        cj.Journal.open("s3://bucket/prefix", read_only=True)
+    with pytest.raises(cj.InvalidInputError, match="read_only"):
+        cj.Journal.open("memory://", read_only=True)
 
 
 def test_concurrent_upgraders_all_open_the_store(tmp_path: Path) -> None:

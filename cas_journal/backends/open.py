@@ -24,6 +24,10 @@ class StoreOptions(TypedDict, total=False):
     """The largest object body accepted and read back, in bytes (default 64 MiB)."""
     create: bool
     """Create the store if it does not exist (default True)."""
+    read_only: bool
+    """Local stores only: open an existing store for reading; nothing is created, upgraded
+    or written, and a write raises StorageError (default False). A store of an older
+    format that must be upgraded first raises StoreUpgradeRequired."""
     endpoint_url: str | None
     """S3 only: the endpoint of an S3-compatible server (MinIO, R2, a local moto)."""
     region_name: str | None
@@ -42,9 +46,9 @@ class StoreOptions(TypedDict, total=False):
     """S3 only: use TLS."""
 
 
-LOCAL_OPTIONS = frozenset({"durable", "max_object_size", "create"})
+LOCAL_OPTIONS = frozenset({"durable", "max_object_size", "create", "read_only"})
 """The options a local (directory) store takes."""
-S3_OPTIONS = frozenset(StoreOptions.__annotations__)
+S3_OPTIONS = frozenset(StoreOptions.__annotations__) - {"read_only"}
 """The options an S3-compatible store takes."""
 
 

@@ -250,19 +250,21 @@ class Env:
         """True for locations with a scheme (``s3://``)."""
         return "://" in self.location
 
-    def store(self, create: bool = False) -> Store:
-        """The store (without the journal's models); missing is an error unless ``create``."""
+    def store(self, create: bool = False, read_only: bool = False) -> Store:
+        """The store (without the journal's models); missing is an error unless ``create``.
+        ``read_only``: the command only reads (see ``open_location``)."""
         if self._store is None:
-            self._store = open_location(self.location, create=create)
+            self._store = open_location(self.location, create=create, read_only=read_only)
             click.get_current_context().call_on_close(self.close)
         return self._store
 
-    def journal(self, create: bool = False) -> Journal:
-        """The journal on the store; a missing store is an error unless ``create``."""
+    def journal(self, create: bool = False, read_only: bool = False) -> Journal:
+        """The journal on the store; a missing store is an error unless ``create``.
+        ``read_only``: the command only reads (see ``open_location``)."""
         if self._journal is None:
             from ..journal import Journal
 
-            self._journal = Journal(self.store(create))
+            self._journal = Journal(self.store(create, read_only))
         return self._journal
 
     def init_command(self) -> str:
@@ -307,14 +309,25 @@ def resume_gc() -> None:
         gc.enable()
 
 
-def open_location(location: str, create: bool = False) -> Store:
+def open_location(location: str, create: bool = False, read_only: bool = False) -> Store:
     """The store at a path or URL (``open_store``); a missing store is an error naming
-    the command that creates it, unless ``create``."""
+    the command that creates it, unless ``create``.
+
+    ``read_only`` (for commands that only read) opens a local store read-only: the command
+    writes nothing and leaves an older store's format as it is, so older cas-journal
+    versions can still read it. A store too old to read without upgrading is opened
+    writable once, which upgrades it. S3 stores open as usual (without write access, an
+    S3 store is read as it is)."""
     from ..backends import open_store
-    from ..errors import StoreFormatError
+    from ..errors import StoreFormatError, StoreUpgradeRequired
 
     check_location(location)
     try:
+        if read_only and "://" not in location:
+            try:
+                return open_store(location, create=False, read_only=True)
+            except StoreUpgradeRequired:
+                pass
         return open_store(location, create=create)
     except StoreFormatError as exc:
         if create or "no cas-journal store" not in str(exc):

@@ -102,7 +102,7 @@ def checkpoints(ctx: click.Context) -> None:
 @pass_env
 def list_command(env: Env, as_json: bool) -> None:
     """Every run's newest checkpoint, newest first."""
-    found = env.journal().checkpoints.list()
+    found = env.journal(read_only=True).checkpoints.list()
     if as_json:
         echo_json({"checkpoints": [checkpoint_json(c) for c in found]})
     elif not found:
@@ -118,7 +118,7 @@ def list_command(env: Env, as_json: bool) -> None:
 @pass_env
 def show(env: Env, run: str, iteration: int | None, as_json: bool) -> None:
     """One checkpoint with its messages."""
-    checkpoint = env.journal().checkpoints.load(run, iteration)
+    checkpoint = env.journal(read_only=True).checkpoints.load(run, iteration)
     if as_json:
         echo_json(checkpoint_json(checkpoint, with_messages=True))
         return
@@ -148,7 +148,7 @@ def show(env: Env, run: str, iteration: int | None, as_json: bool) -> None:
 @pass_env
 def history(env: Env, run: str, as_json: bool) -> None:
     """Every saved iteration of a run, newest first."""
-    found = env.journal().checkpoints.history(run)
+    found = env.journal(read_only=True).checkpoints.history(run)
     if as_json:
         echo_json({"run_id": run, "checkpoints": [checkpoint_json(c) for c in found]})
     else:
@@ -216,7 +216,7 @@ def restore(env: Env, run: str) -> None:
 def reflog(env: Env, run: str | None, as_json: bool) -> None:
     """Every update of RUN's ref, newest first; without RUN, every run that has a reflog,
     deleted ones included (restore them with 'checkpoints restore RUN')."""
-    refs = env.journal().store.refs
+    refs = env.journal(read_only=True).store.refs
     if run is not None:
         name = run_ref(run)
         updates = list(reversed(refs.reflog(name)))

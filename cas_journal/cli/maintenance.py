@@ -191,7 +191,7 @@ def stats(env: Env, as_json: bool) -> None:
     """What the store holds: logical bytes (as plain copies) against stored and disk bytes."""
     from ..maintenance import stats as run_stats
 
-    report = run_stats(env.journal().store)
+    report = run_stats(env.journal(read_only=True).store)
     if as_json:
         echo_json(model_json(report))
         return

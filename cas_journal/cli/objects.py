@@ -41,7 +41,7 @@ def body_lines(kind: Kind, body: bytes, oid: str) -> list[str]:
 @pass_env
 def cat(env: Env, oid: str, raw: bool) -> None:
     """Show one object (full id or a prefix of at least 4 hex digits)."""
-    objects = env.journal().store.objects
+    objects = env.journal(read_only=True).store.objects
     full = resolve_object(objects, oid)
     kind, body = objects.get(full)
     if raw:

@@ -78,7 +78,7 @@ def show(env: Env, name: str, as_json: bool) -> None:
     A thread id is looked up first; otherwise NAME is an entry id or a unique prefix of
     at least 4 hex digits. The text is shown in full (through a pager on a terminal).
     """
-    journal = env.journal()
+    journal = env.journal(read_only=True)
     meta = _find_thread(journal, name)
     if meta is not None:
         _show_thread(journal, meta, as_json)
@@ -161,7 +161,7 @@ def _show_thread(journal: Journal, meta: ThreadMeta, as_json: bool) -> None:
 @pass_env
 def log(env: Env, thread: str, leaf: str | None, limit: int, full: bool, as_json: bool) -> None:
     """The path of a thread, root first: one line per entry (--full: everything)."""
-    journal = env.journal()
+    journal = env.journal(read_only=True)
     leaf_id = access.leaf_of(journal, thread, leaf)
     entries = _path(journal, thread, leaf_id, limit)
     if as_json:
@@ -202,7 +202,7 @@ def _path(journal: Journal, thread: str, leaf: str | None, limit: int) -> Iterat
 @pass_env
 def diff(env: Env, left: str, right: str, full: bool, as_json: bool) -> None:
     """Where two threads part: their common ancestor, then each side's entries after it."""
-    journal = env.journal()
+    journal = env.journal(read_only=True)
     left_leaf = journal.thread(left).leaf_id or None
     right_leaf = journal.thread(right).leaf_id or None
     parted = access.diverge(journal, left_leaf, right_leaf)

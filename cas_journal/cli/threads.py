@@ -38,13 +38,16 @@ ROLES = ("user", "assistant", "system", "tool")
 def threads_command(env: Env, include_archived: bool, limit: int, as_json: bool) -> None:
     """List threads, newest first."""
     if as_json:
-        found = env.journal().list_threads(include_archived=include_archived, limit=limit)
+        found = env.journal(read_only=True).list_threads(
+            include_archived=include_archived, limit=limit
+        )
         echo_json({"threads": [model_json(meta) for meta in found]})
         return
     from ..journal.listing import list_thread_states
 
     rows = [
-        thread_row(listed) for listed in list_thread_states(env.store(), include_archived, limit)
+        thread_row(listed)
+        for listed in list_thread_states(env.store(read_only=True), include_archived, limit)
     ]
     if not rows:
         click.echo("no threads")
@@ -309,7 +312,7 @@ def reflog(env: Env, thread: str, as_json: bool) -> None:
     from ..journal.refnames import thread_ref
 
     name = thread_ref(thread)
-    updates = list(reversed(env.journal().store.refs.reflog(name)))
+    updates = list(reversed(env.journal(read_only=True).store.refs.reflog(name)))
     if not updates:
         raise ThreadNotFound(f"thread {thread!r} has no reflog")
     if as_json:

@@ -61,7 +61,7 @@ def export_command(
             raise click.UsageError(f"--format {format_name} needs --out DIR")
         from ..transcripts import export_transcripts
 
-        report = export_transcripts(env.journal(), format_name, out_dir, threads)
+        report = export_transcripts(env.journal(read_only=True), format_name, out_dir, threads)
         if as_json:
             from .output import echo_json, model_json
 
@@ -80,7 +80,7 @@ def _export_native(env: Env, thread: str, output: str) -> None:
     from ..maintenance.transfer import export_thread
     from .output import binary_stdout
 
-    lines = export_thread(env.journal(), thread)
+    lines = export_thread(env.journal(read_only=True), thread)
     if output == "-":
         stream = binary_stdout()
         for line in lines:

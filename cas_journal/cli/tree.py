@@ -194,7 +194,7 @@ def tree_json(meta: ThreadMeta, entries: list[Entry], marks: list[ForkMark]) -> 
 @pass_env
 def tree(env: Env, thread: str, as_json: bool) -> None:
     """A thread's branches and the threads forked from it, as a graph."""
-    journal = env.journal()
+    journal = env.journal(read_only=True)
     meta = journal.thread(thread)
     entries = journal.entries(thread)
     marks = fork_marks(journal, thread)

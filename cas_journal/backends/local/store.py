@@ -18,10 +18,10 @@ with it one fsync (``commits.Committer``). ``durable=True`` syncs every commit
 (``synchronous=NORMAL``). The store's two locks are described in ``locks``; SQLite's own
 locks die with their process.
 
-``read_only=True`` opens an existing store for commands that only read (fsck, a dry-run
-gc): nothing is created, migrated or written (a write raises StorageError). A format-2
-store opens read-only as it is (its layout is today's); a format-1 store must be opened
-for writing once.
+``read_only=True`` opens an existing store for callers that only read (the command
+line's reading commands): nothing is created, migrated or written (a write raises
+StorageError). A format-2 store opens read-only as it is (its layout is today's); a
+format-1 store must be opened for writing once (StoreUpgradeRequired).
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import LinkedObjectsMissing, StorageError, StoreFormatError
+from ...errors import (
+    LinkedObjectsMissing,
+    StorageError,
+    StoreFormatError,
+    StoreUpgradeRequired,
+)
 from ...names import split_ref_name
 from ...objects import DEFAULT_MAX_OBJECT_SIZE, ObjectCodec, is_oid
 from ..base import (
@@ -276,7 +281,7 @@ class LocalStore(Store):
                 migrate(self.root, max_object_size)
                 version = _readable_version(self.root, read_format_version(self.root))
             elif version < OLDEST_READABLE_VERSION:
-                raise StoreFormatError(
+                raise StoreUpgradeRequired(
                     f"store {self.root} has format {version} and must be upgraded once: "
                     "open it writable (any command that writes does it)"
                 )
