@@ -173,13 +173,23 @@ def _apply(current: list[dict], edit: tuple) -> list[dict]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(edits, min_size=1, max_size=12), st.booleans(), st.integers(10, 400))
-def test_saves_and_loads_match_the_list_as_saved(edit_list, start_with_chains, limit):
+@given(
+    st.lists(edits, min_size=1, max_size=12),
+    st.booleans(),
+    st.integers(10, 400),
+    st.integers(2, 4),
+    st.integers(40, 800),
+)
+def test_saves_and_loads_match_the_list_as_saved(
+    edit_list, start_with_chains, limit, merge_segments, merge_bytes
+):
     saved: list[list[dict]] = []
     j = segmented()
     j.checkpoints.segments = not start_with_chains
     current: list[dict] = []
-    chains.SEGMENT_BYTES, real_limit = limit, chains.SEGMENT_BYTES  # many split saves
+    real = chains.SEGMENT_BYTES, chains.MERGE_SEGMENTS, chains.MERGE_BYTES
+    chains.SEGMENT_BYTES = limit  # many split saves
+    chains.MERGE_SEGMENTS, chains.MERGE_BYTES = merge_segments, merge_bytes  # many merges
     try:
         for i, edit in enumerate(edit_list):
             if edit[0] == "reopen":
@@ -202,7 +212,7 @@ def test_saves_and_loads_match_the_list_as_saved(edit_list, start_with_chains, l
             assert typed(loaded) == typed(expected)
         assert fsck(j.store).ok
     finally:
-        chains.SEGMENT_BYTES = real_limit
+        chains.SEGMENT_BYTES, chains.MERGE_SEGMENTS, chains.MERGE_BYTES = real
 
 
 # -- what a save writes -------------------------------------------------------------------
@@ -278,7 +288,15 @@ def test_a_save_larger_than_the_cap_is_split_into_chained_segments(monkeypatch):
     assert cj.Journal(j.store).checkpoints.load("r").messages == messages
 
 
-def test_a_new_process_reads_each_segment_once(tmp_path):
+def _chain_of(j: cj.Journal, oid: str | None) -> list[SegmentNode]:
+    out = []
+    while oid is not None:
+        out.append(segment(j, oid))
+        oid = out[-1].base
+    return out
+
+
+def test_small_segments_are_merged_so_a_load_reads_few_segments_each_once(tmp_path):
     from journal_helpers import ReadCounter
 
     messages: list[dict] = []
@@ -287,10 +305,33 @@ def test_a_new_process_reads_each_segment_once(tmp_path):
         for i in range(50):
             messages = [*messages, {"role": "user", "content": f"{i}"}, {"n": i}]
             j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+            chain = _chain_of(j, head_node(j).segment)
+            small = [s for s in chain if len(s.messages) < chains.MERGE_SEGMENTS]
+            # at most MERGE_SEGMENTS - 1 small segments, all at the chain's end
+            assert len(small) < chains.MERGE_SEGMENTS and chain[: len(small)] == small
+        # every 16th save merged the 15 before it: 3 merged segments and 2 small ones
+        assert [len(s.messages) for s in chain] == [2, 2, 32, 32, 32]
+        assert fsck(j.store).ok
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         counter = ReadCounter(j)
         assert j.checkpoints.load("r").messages == messages
-        assert counter.reads[Kind.SEGMENT] == 50 and counter.reads[Kind.MESSAGE] == 0
+        assert counter.reads[Kind.SEGMENT] == 5 and counter.reads[Kind.MESSAGE] == 0
+        # every iteration still loads (the small segments merged stay for older ones)
+        for checkpoint in j.checkpoints.history("r"):
+            count = checkpoint.message_count
+            assert j.checkpoints.load("r", checkpoint.iteration).messages == messages[:count]
+
+
+def test_small_segments_merge_once_they_reach_merge_bytes(tmp_path):
+    j = segmented()
+    big = "x" * (chains.MERGE_BYTES // 5)
+    messages = []
+    for i in range(6):
+        messages = [*messages, {"role": "user", "content": f"{i} {big}"}]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    lengths = [len(s.messages) for s in _chain_of(j, head_node(j).segment)]
+    assert lengths == [1, 5]  # the fifth save made 5 x MERGE_BYTES/5: merged
+    assert cj.Journal(j.store).checkpoints.load("r").messages == messages
 
 
 # -- lying objects ------------------------------------------------------------------------
@@ -381,19 +422,25 @@ def test_gc_fsck_pack_stats_and_sync_know_segments(tmp_path):
         )
 
 
-def test_pack_order_puts_a_runs_segments_in_load_order():
+def test_pack_order_puts_a_merged_segment_amid_the_small_ones_it_repeats():
     from cas_journal.maintenance.layout import pack_order
 
     j = segmented()
-    _segment_run(j, 12)
+    messages: list[dict] = []
+    for i in range(40):  # merges at saves 16 and 32
+        messages = [*messages, {"role": "user", "content": f"{i}"}, {"i": i}]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
     order = pack_order(j.store, j.store.objects.iter_oids())
-    walk = []
-    below: tuple[str, Kind] | None = (head_node(j).segment, Kind.SEGMENT)  # type: ignore[assignment]
-    while below is not None:
-        walk.append(below[0])
-        below = segment(j, below[0]).below
-    positions = [order.index(oid) for oid in walk]
-    assert positions == sorted(positions) and positions[-1] - positions[0] < len(order)
+    segments = [oid for oid in order if j.store.objects.get(oid)[0] is Kind.SEGMENT]
+    spans = [(segment(j, oid).keep, segment(j, oid).length) for oid in segments]
+    assert len(spans) == 40 and spans == sorted(spans, key=lambda span: span[0] + span[1])
+    merged = [at for at, (keep, length) in enumerate(spans) if length - keep > 2]
+    assert len(merged) == 2
+    for at in merged:
+        keep, length = spans[at]
+        repeated = [k for k, (first, last) in enumerate(spans) if keep <= first < last <= length]
+        # half the small segments it repeats before it, half after, all next to it
+        assert repeated == list(range(at - 8, at + 8)) and at in repeated
 
 
 def test_gc_keeps_the_bases_of_a_young_unreachable_segment(tmp_path):

@@ -9,6 +9,14 @@ shares its first p messages with the memo's writes one segment with ``keep = p``
 reads a segment that contributes nothing), or several chained segments when the new
 messages would make a body over ``SEGMENT_BYTES``; when nothing is new and a stored
 list is exactly the p messages, the checkpoint points at it and nothing is written.
+So that a load reads few segments, not one per save, small segments do not pile up: once
+the small ones at the end of the chain (under half ``MERGE_BYTES`` and ``MERGE_SEGMENTS``
+messages each) and the new messages reach ``MERGE_BYTES`` or ``MERGE_SEGMENTS``
+segments, the save writes them as one segment on the list before them (their messages
+encoded again from the caller's list, which equals them exactly). A merged segment is
+never small, so each message is stored at most twice, and pack order puts a merged
+segment just before the small ones it repeats, in one compressed block (see
+``maintenance.layout``). The small ones stay: older checkpoints still name them.
 Stores whose format predates segments get message-chain nodes (message blob + previous
 node) instead. A load walks from the list's object towards its start, reading each
 segment once (its one JSON parse gives its messages) and stopping once every message is
@@ -375,19 +383,83 @@ def encode_save(
     elif shared:
         target = (nodes[-1], Kind.MESSAGE)
         current_length = shared
+    keep = shared
+    merged = False
+    if segments and bodies and stops:
+        tail = _small_tail(parts, stops, len(nodes))
+        if tail is not None and (
+            tail.segments + 1 >= MERGE_SEGMENTS or tail.size + sum(map(len, bodies)) >= MERGE_BYTES
+        ):
+            # the small segments at the chain's end and the new messages become one
+            # segment on the list before them (the tail's messages encoded once more)
+            merged = True
+            keep = stops[tail.first - 1].agreed if tail.first else len(nodes)
+            bodies = [canonical_json(message) for message in messages[keep:shared]] + bodies
+            del parts[len(parts) - tail.parts :]
+            del stops[tail.first :]
+            if stops:
+                target = (stops[-1].oid, Kind.SEGMENT)
+            else:
+                target = (nodes[-1], Kind.MESSAGE) if nodes else None
     reused = target[0] if target else None
     objects: list[NewObject] = []
     if bodies or (target is not None and current_length != shared):
         if segments:
-            target = _write_segments(bodies, shared, target, limit, objects, parts, stops)
+            target = _write_segments(bodies, keep, target, limit, objects, parts, stops)
         else:
             target = _write_chain(bodies, target, objects, parts, nodes)
     weight = -1  # computed from the parts, unless the memo's list was kept whole
-    if shared == memo.length and len(nodes) == len(memo.nodes):
+    if shared == memo.length and len(nodes) == len(memo.nodes) and not merged:
         added = parts[len(memo.parts) :]
         weight = memo.weight + sum(map(_part_weight, added)) + 300 * len(bodies)
     memo = ChainMemo(None, parts, nodes, stops, None, weight, snapshots, numbers, numbered)
     return EncodedSave(memo, objects, target, reused)
+
+
+MERGE_BYTES = 32 * 1024
+"""When the small segments at the end of a chain and a save's new messages reach this
+many bytes, or ``MERGE_SEGMENTS`` segments, the save writes them as one segment on the
+list before them (a segment is *small* below half this size and ``MERGE_SEGMENTS``
+messages, so a merged one is never merged again)."""
+MERGE_SEGMENTS = 16
+"""Small segments at the end of a chain that make a save merge them (see ``MERGE_BYTES``)."""
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The small segments at the end of a chain: ``stops[first:]``."""
+
+    first: int
+    segments: int
+    """How many of them add messages (the others only keep fewer)."""
+    parts: int
+    """How many parts (the last ones) are theirs."""
+    size: int
+    """Their bodies' bytes."""
+
+
+def _small_tail(parts: list[Part], stops: list[Stop], chained: int) -> _Tail | None:
+    """The small segments at the end of the chain ``stops`` (whose first segment keeps
+    ``chained`` messages of a message chain), None if the last one adding messages is
+    not small. Each segment adding messages has one part (the last ones are theirs);
+    a segment adding none may have an empty one."""
+    first, segments, size = len(stops), 0, 0
+    index = len(parts)
+    for at in range(len(stops) - 1, -1, -1):
+        own = stops[at].agreed - (stops[at - 1].agreed if at else chained)
+        if own > 0:
+            while index and parts[index - 1].count == 0:
+                index -= 1
+            part = parts[index - 1]
+            if not part.segment or own >= MERGE_SEGMENTS or 2 * len(part.text) >= MERGE_BYTES:
+                break
+            index -= 1
+            segments += 1
+            size += len(part.text)
+        first = at
+    if segments == 0:
+        return None
+    return _Tail(first, segments, len(parts) - index, size)
 
 
 def _write_segments(

@@ -2,12 +2,13 @@
 
 States first (each thread's state chain), then entry nodes in root-to-head order per
 thread (a fork's shared prefix is written once, then each branch's own tail), then the
-small payloads in that same order, then checkpoints, then each run's segments in the
-order a load reads them (its newest list's segment first, then the one it keeps messages
-of, and so on), then message nodes and message blobs in the same fashion as entries,
-then each tree root's objects (LangGraph records: referenced before referencing, so a
-record sits right after the values and message nodes it added), then the large blobs
-sorted by their first bytes, then everything else.
+small payloads in that same order, then checkpoints, then each run's segments by the
+middle of the messages they add (so a segment that merged small ones, see
+``journal.chains``, sits amid them, in one compressed block however the blocks are cut
+around it, and costs little), then message nodes and message blobs in
+the same fashion as entries, then each tree root's objects (LangGraph records:
+referenced before referencing, so a record sits right after the values and message
+nodes it added), then the large blobs sorted by their first bytes, then everything else.
 Reading a path touches a few consecutive blocks of entry nodes and payloads instead of
 the whole pack, and large blobs that share most of their text (the same file read by
 tool calls in many forks, under different call ids) land in the same compressed block,
@@ -113,6 +114,7 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                             entries.add(entry)
                             payloads.add(payloads_of.get(entry))
             else:
+                run_segments: list[tuple[int, int, int, str]] = []
                 pending = [value]
                 while pending:
                     current = pending.pop()
@@ -128,8 +130,13 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                             below = None
                             break
                         walked.add(below[0])
-                        segments.add(below[0])
                         segment = _node(store, below[0], Kind.SEGMENT)
+                        first, last = (
+                            (segment.keep, segment.length)
+                            if isinstance(segment, SegmentNode)
+                            else (0, 0)
+                        )
+                        run_segments.append((first + last, -last, len(run_segments), below[0]))
                         below = segment.below if isinstance(segment, SegmentNode) else None
                     if below is not None:
                         for link in chain(below[0], link_parent, Kind.MESSAGE):
@@ -137,6 +144,8 @@ def pack_order(store: Store, oids: Iterable[str]) -> list[str]:
                             messages.add(payloads_of.get(link))
                     messages.add(node.system_prompt)
                     pending.extend(reversed(node.previous))
+                for _, _, _, oid in sorted(run_segments):
+                    segments.add(oid)
     small_payloads, large = _split_large(store, payloads.order)
     small_messages, large_messages = _split_large(store, messages.order)
     small_trees, large_trees = _split_large(store, trees.order)
