@@ -5,7 +5,8 @@ previous checkpoint of the run, and ``checkpoints/<run>`` points at the newest. 
 is a segment (see ``chains``): the messages the save added, inline, after the first
 ``keep`` messages of an older list of the run. Saving iteration k+1 writes one segment
 holding only what is new or changed since iteration k (or nothing, when the list is one
-a stored segment already spells), and no iteration is overwritten. Runs saved before
+a stored segment already spells; or, every few saves, one that also repeats the small
+segments before it, so a load reads few segments), and no iteration is overwritten. Runs saved before
 segments spell their lists as message chains (a node per message); they load as before,
 and a save on such a run writes a segment on top of the chain.
 
