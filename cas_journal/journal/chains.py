@@ -56,9 +56,11 @@ from __future__ import annotations
 import io
 import math
 import pickle
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, cast
 
 from ..backends import NewObject
@@ -298,7 +300,12 @@ def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
     """How many leading messages encode exactly as the memo's leading ones."""
     snapshots = memo.ensure_snapshots()
     count = min(len(messages), len(snapshots))
-    if list(messages[:count]) != snapshots[:count]:  # one C-level comparison, usually
+    mine = messages[:count]
+    if type(mine) is not list:
+        mine = list(mine)
+    # one C-level comparison, usually, meeting the shared strings by identity: the part of
+    # a save's cost that grows with the list (about 0.15 us per message kept, warm caches)
+    if mine != (snapshots if count == len(snapshots) else snapshots[:count]):
         count = next(i for i in range(count) if messages[i] != snapshots[i])
     for index in memo.numbered:
         if index >= count:
@@ -306,6 +313,9 @@ def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
         if not _numbers_match(messages[index], memo.numbers[index]):
             return index
     return count
+
+
+_agreed = attrgetter("agreed")
 
 
 def _truncated_parts(parts: list[Part], count: int, length: int) -> list[Part]:
@@ -375,7 +385,7 @@ def encode_save(
     stops: list[Stop] = []
     target: tuple[str, Kind] | None = None
     if shared > len(nodes):  # the smallest stored list agreeing on the kept prefix
-        at = next(i for i, stop in enumerate(memo.stops) if stop.agreed >= shared)
+        at = bisect_left(memo.stops, shared, key=_agreed)
         base = memo.stops[at]
         stops = [*memo.stops[:at], Stop(base.oid, base.length, shared)]
         target = (base.oid, Kind.SEGMENT)
