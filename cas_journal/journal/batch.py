@@ -15,7 +15,7 @@ from types import TracebackType
 
 from ..errors import InvalidInputError, InvalidParent
 from ..objects import EntryNode
-from .building import BuiltEntry
+from .building import BuiltEntry, build_entry
 from .models import Entry
 from .state import ThreadHead
 from .writer import ThreadWriter
@@ -32,6 +32,9 @@ class Batch:
         self._base: ThreadHead | None = None
         self._built: list[BuiltEntry] = []
         self._pending: dict[str, EntryNode] = {}
+        self._builder = writer.builder
+        self._lookup = writer.builder.lookup(self._pending)
+        """Nodes of this batch's entries, else of the store's (parents and skip targets)."""
         self._tip: str | None = None
         self._last_time: datetime | None = None
         self._closed = False
@@ -58,10 +61,15 @@ class Batch:
             and not self._writer.contains(self._base, explicit)
         ):
             raise InvalidParent(f"entry {explicit!r} is not part of thread {self.thread_id!r}")
-        builder = self._writer.builder
+        builder = self._builder
         prepared = builder.prepare(entry, now)
-        built = builder.build(
-            prepared, explicit if explicit is not None else self._tip, self._pending
+        built = build_entry(
+            prepared.payload,
+            prepared.payload_oid,
+            explicit if explicit is not None else self._tip,
+            prepared.created_at,
+            entry.turn_id,
+            self._lookup,
         )
         stored = builder.stored(prepared, built, self.thread_id)
         self._pending[built.oid] = built.node

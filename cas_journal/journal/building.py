@@ -124,19 +124,25 @@ class EntryBuilder:
         pending: Mapping[str, EntryNode] | None = None,
     ) -> BuiltEntry:
         """The entry under ``parent``; ``pending`` holds nodes not stored yet (a batch)."""
-
-        def lookup(oid: str) -> EntryNode:
-            found = pending.get(oid) if pending else None
-            return found if found is not None else self.graph.node(oid)
-
         return build_entry(
             prepared.payload,
             prepared.payload_oid,
             parent,
             prepared.created_at,
             prepared.entry.turn_id,
-            lookup,
+            self.graph.node if not pending else self.lookup(pending),
         )
+
+    def lookup(self, pending: Mapping[str, EntryNode]) -> NodeLookup:
+        """Reads nodes from ``pending`` (a batch's, not stored yet), else from the store."""
+        found_pending = pending.get
+        stored = self.graph.node
+
+        def lookup(oid: str) -> EntryNode:
+            found = found_pending(oid)
+            return found if found is not None else stored(oid)
+
+        return lookup
 
     @staticmethod
     def stored(prepared: PreparedEntry, built: BuiltEntry, thread_id: str) -> Entry:

@@ -226,9 +226,12 @@ def format_time(moment: datetime) -> str:
     """The canonical text of an instant: ``2026-01-02T03:04:05.000006Z``."""
     if moment.tzinfo is not UTC:
         moment = ensure_utc(moment)
-    # isoformat pads the year to four digits and, with timespec, always writes micros;
-    # the UTC offset it appends is always "+00:00" here
-    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
+    # isoformat pads the year to four digits and writes the micros unless they are zero
+    # (its timespec argument would always write them, at a third more cost); the UTC
+    # offset it appends is always "+00:00" here
+    if moment.microsecond:
+        return moment.isoformat()[:-6] + "Z"
+    return moment.isoformat()[:-6] + ".000000Z"
 
 
 @functools.lru_cache(maxsize=8192)

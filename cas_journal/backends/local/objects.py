@@ -641,10 +641,9 @@ class LocalObjectStore(ObjectStore):
 
     def rows_of(self, objects: Sequence[NewObject]) -> list[tuple[bytes, bytes]]:
         """``(raw oid, frame)`` rows for objects (sizes checked first)."""
-        for obj in objects:
-            self.codec.check_size(obj.body)
-        compress = self.codec.compress
-        return [(bytes.fromhex(obj.oid), compress(obj.kind, obj.body)) for obj in objects]
+        frames = self.codec.frames([(obj.kind, obj.body) for obj in objects])
+        fromhex = bytes.fromhex
+        return [(fromhex(obj.oid), frame) for obj, frame in zip(objects, frames, strict=True)]
 
     def linked_rows(self, oids: Sequence[str]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
         """What a commit that links stored objects it did not write does with them: for
