@@ -6,9 +6,9 @@ is a segment (see ``chains``): the messages the save added, inline, after the fi
 ``keep`` messages of an older list of the run. Saving iteration k+1 writes one segment
 holding only what is new or changed since iteration k (or nothing, when the list is one
 a stored segment already spells; or, every few saves, one that also repeats the small
-segments before it, so a load reads few segments), and no iteration is overwritten. Runs saved before
-segments spell their lists as message chains (a node per message); they load as before,
-and a save on such a run writes a segment on top of the chain.
+segments before it, so a load reads few segments), and no iteration is overwritten.
+Runs saved before segments spell their lists as message chains (a node per message);
+they load as before, and a save on such a run writes a segment on top of the chain.
 
 Saving also costs CPU only for what is new: a memo per run (see ``chains``) knows the
 messages of the run's newest list and the stored objects that spell it, so an unchanged
