@@ -322,6 +322,24 @@ def test_small_segments_are_merged_so_a_load_reads_few_segments_each_once(tmp_pa
             assert j.checkpoints.load("r", checkpoint.iteration).messages == messages[:count]
 
 
+def test_a_run_saved_before_merging_merges_only_its_last_small_segments(monkeypatch):
+    j = segmented()
+    monkeypatch.setattr(chains, "MERGE_SEGMENTS", 10**9)  # as code before merging saved
+    messages: list[dict] = []
+    for i in range(41):
+        messages = [*messages, {"role": "user", "content": f"{i}"}, {"i": i}]
+        if i < 40:
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    assert len(_chain_of(j, head_node(j).segment)) == 40
+    monkeypatch.setattr(chains, "MERGE_SEGMENTS", 16)
+    j = cj.Journal(j.store)  # a new process: the memo is read from the store
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=40, messages=messages))
+    chain = _chain_of(j, head_node(j).segment)
+    # the last 15 small segments and the new messages, not the whole run
+    assert [len(s.messages) for s in chain] == [32] + [2] * 25
+    assert cj.Journal(j.store).checkpoints.load("r").messages == messages
+
+
 def test_small_segments_merge_once_they_reach_merge_bytes(tmp_path):
     j = segmented()
     big = "x" * (chains.MERGE_BYTES // 5)

@@ -13,7 +13,8 @@ So that a load reads few segments, not one per save, small segments do not pile 
 the small ones at the end of the chain (under half ``MERGE_BYTES`` and ``MERGE_SEGMENTS``
 messages each) and the new messages reach ``MERGE_BYTES`` or ``MERGE_SEGMENTS``
 segments, the save writes them as one segment on the list before them (their messages
-encoded again from the caller's list, which equals them exactly). A merged segment is
+encoded again from the caller's list, which equals them exactly; only as many as reach
+those limits, so a save on a long run written before merging stays small). A merged segment is
 never small, so each message is stored at most twice, and pack order puts a merged
 segment just before the small ones it repeats, in one compressed block (see
 ``maintenance.layout``). The small ones stay: older checkpoints still name them.
@@ -396,10 +397,8 @@ def encode_save(
     keep = shared
     merged = False
     if segments and bodies and stops:
-        tail = _small_tail(parts, stops, len(nodes))
-        if tail is not None and (
-            tail.segments + 1 >= MERGE_SEGMENTS or tail.size + sum(map(len, bodies)) >= MERGE_BYTES
-        ):
+        tail = _small_tail(parts, stops, len(nodes), sum(map(len, bodies)))
+        if tail is not None:
             # the small segments at the chain's end and the new messages become one
             # segment on the list before them (the tail's messages encoded once more)
             merged = True
@@ -445,31 +444,33 @@ class _Tail:
     parts: int
     """How many parts (the last ones) are theirs."""
     size: int
-    """Their bodies' bytes."""
+    """Their bodies' bytes and the new ones."""
 
 
-def _small_tail(parts: list[Part], stops: list[Stop], chained: int) -> _Tail | None:
+def _small_tail(parts: list[Part], stops: list[Stop], chained: int, adding: int) -> _Tail | None:
     """The small segments at the end of the chain ``stops`` (whose first segment keeps
-    ``chained`` messages of a message chain), None if the last one adding messages is
-    not small. Each segment adding messages has one part (the last ones are theirs);
-    a segment adding none may have an empty one."""
-    first, segments, size = len(stops), 0, 0
+    ``chained`` messages of a message chain) that a save adding ``adding`` bytes merges:
+    the last ones, as few as reach ``MERGE_BYTES`` or ``MERGE_SEGMENTS`` with the new
+    bytes (so a save merges at most that much, even on a run saved before merging);
+    None if they do not. Each segment adding messages has one part (the last ones are
+    theirs); a segment adding none may have an empty one."""
+    segments, size = 0, adding
     index = len(parts)
     for at in range(len(stops) - 1, -1, -1):
         own = stops[at].agreed - (stops[at - 1].agreed if at else chained)
-        if own > 0:
-            while index and parts[index - 1].count == 0:
-                index -= 1
-            part = parts[index - 1]
-            if not part.segment or own >= MERGE_SEGMENTS or 2 * len(part.text) >= MERGE_BYTES:
-                break
+        if own <= 0:
+            continue
+        while index and parts[index - 1].count == 0:
             index -= 1
-            segments += 1
-            size += len(part.text)
-        first = at
-    if segments == 0:
-        return None
-    return _Tail(first, segments, len(parts) - index, size)
+        part = parts[index - 1]
+        if not part.segment or own >= MERGE_SEGMENTS or 2 * len(part.text) >= MERGE_BYTES:
+            return None
+        index -= 1
+        segments += 1
+        size += len(part.text)
+        if segments + 1 >= MERGE_SEGMENTS or size >= MERGE_BYTES:
+            return _Tail(at, segments, len(parts) - index, size)
+    return None
 
 
 def _write_segments(
