@@ -36,6 +36,10 @@ class Batch:
         self._lookup = writer.builder.lookup(self._pending)
         """Nodes of this batch's entries, else of the store's (parents and skip targets)."""
         self._tip: str | None = None
+        self._line: dict[int, str] = {}
+        """Ancestors of the tip (itself included) by depth, as far as this batch knows them
+        (its entries and the skip targets it found): their skip pointers are not looked
+        for twice."""
         self._last_time: datetime | None = None
         self._closed = False
 
@@ -63,15 +67,20 @@ class Batch:
             raise InvalidParent(f"entry {explicit!r} is not part of thread {self.thread_id!r}")
         builder = self._builder
         prepared = builder.prepare(entry, now)
+        parent = explicit if explicit is not None else self._tip
+        if parent != self._tip:
+            self._line = {}  # a branch: the tip's ancestors are not all the parent's
         built = build_entry(
             prepared.payload,
             prepared.payload_oid,
-            explicit if explicit is not None else self._tip,
+            parent,
             prepared.created_at,
             entry.turn_id,
             self._lookup,
+            self._line,
         )
         stored = builder.stored(prepared, built, self.thread_id)
+        self._line[built.node.depth] = built.oid
         self._pending[built.oid] = built.node
         self._built.append(built)
         self.entries.append(stored)

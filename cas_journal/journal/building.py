@@ -64,14 +64,29 @@ class BuiltEntry(NamedTuple):
 
 
 def entry_node(
-    payload_oid: str, parent: str | None, created_at: str, turn_id: str, lookup: NodeLookup
+    payload_oid: str,
+    parent: str | None,
+    created_at: str,
+    turn_id: str,
+    lookup: NodeLookup,
+    line: dict[int, str] | None = None,
 ) -> EntryNode:
     """The node of a new entry under ``parent`` (None: a root); ``lookup`` reads the
-    parent and, for the skip pointer, O(log depth) of its ancestors."""
+    parent and, for the skip pointer, O(log depth) of its ancestors. ``line``, if given,
+    maps depths to ancestors of ``parent`` (a batch's: the skip targets found so far and
+    its own entries): a skip target found there is not looked for, one looked for is
+    added."""
     if parent is None:
         return EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
     depth = lookup(parent).depth + 1
-    skip = ancestor_at(lookup, parent, skip_depth(depth)) if depth >= 2 else None
+    skip = None
+    if depth >= 2:
+        target = skip_depth(depth)
+        skip = line.get(target) if line is not None else None
+        if skip is None:
+            skip = ancestor_at(lookup, parent, target)
+            if line is not None:
+                line[target] = skip
     return EntryNode(
         payload=payload_oid,
         created_at=created_at,
@@ -89,10 +104,11 @@ def build_entry(
     created_at: str,
     turn_id: str,
     lookup: NodeLookup,
+    line: dict[int, str] | None = None,
 ) -> BuiltEntry:
     """Build the node of an entry whose payload is already encoded (``payload_oid`` is the
-    oid of the blob ``payload``) and hash it: the entry id."""
-    node = entry_node(payload_oid, parent, created_at, turn_id, lookup)
+    oid of the blob ``payload``) and hash it: the entry id (``line``: see ``entry_node``)."""
+    node = entry_node(payload_oid, parent, created_at, turn_id, lookup, line)
     body = node.body()
     return BuiltEntry(object_id(Kind.ENTRY, body), node, body, payload)
 
