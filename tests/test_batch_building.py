@@ -52,3 +52,41 @@ def test_batched_entries_have_the_skip_pointers_of_their_chain(sizes, seed, bran
             now=datetime.fromisoformat(node.created_at),
         )
         assert again.id == oid
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    count=st.integers(1, 150),
+    seed=st.integers(0, 2**32),
+    branching=st.sampled_from([0.0, 0.1, 0.3]),
+)
+def test_single_appends_have_the_skip_pointers_of_their_chains(count, seed, branching):
+    """Entries and thread states take skip pointers from the lines the journal keeps of
+    what it appended lately; each equals what a walk of the stored chain finds."""
+    rng = random.Random(seed)
+    j = cj.Journal.memory()
+    threads = ["a", "b"]
+    for thread in threads:
+        j.create_thread(cj.ThreadMeta(id=thread))
+    ids: dict[str, list[str]] = {thread: [] for thread in threads}
+    for moment in range(count):
+        thread = rng.choice(threads)
+        parent = rng.choice(ids[thread]) if ids[thread] and rng.random() < branching else None
+        entry = cj.Entry(thread_id=thread, type=cj.EntryType.CUSTOM, turn_id=str(moment))
+        made = j.append(entry, parent_id=parent, now=T0 + timedelta(seconds=moment))
+        ids[thread].append(made.id)
+    fresh = cj.Journal(j.store)  # nodes and states read back from the store
+    for oid in ids["a"] + ids["b"]:
+        node = fresh.entry_node(oid)
+        if node.depth >= 2:
+            assert node.skip == ancestor_at(fresh.entry_node, node.parent, skip_depth(node.depth))
+    for thread in threads:
+        oid = j.store.refs.read_ref(f"threads/{thread}")
+        states = fresh._states
+        while oid is not None:
+            state = states.state(oid)
+            if state.depth >= 2:
+                assert state.skip == ancestor_at(
+                    states.state, state.parents[0], skip_depth(state.depth)
+                )
+            oid = state.parent

@@ -118,11 +118,24 @@ _ENTRY = Constructor(Entry)
 journal's own: oids, canonical text, an aware UTC time) and without copying the rest."""
 
 
+LINES = 32
+"""Leaves whose line of ancestors an EntryBuilder keeps (the threads appended to lately)."""
+LINE_LIMIT = 64
+"""Depths a kept line holds at most; a longer one starts over (it is only a shortcut)."""
+
+
 class EntryBuilder:
-    """Builds entries over one store's entry graph (for appends and batches)."""
+    """Builds entries over one store's entry graph (for appends and batches).
+
+    For the entries it builds last (at most ``LINES``), it keeps their ancestors by depth
+    as far as it met them (the entries and the skip targets it found): an append under
+    one of them takes its skip pointer from there instead of walking the chain. A line
+    is keyed by the oid of the entry it ends at, whose ancestors never change, and
+    belongs to that key alone: the next entry built under it takes it over."""
 
     def __init__(self, graph: EntryGraph) -> None:
         self.graph = graph
+        self._lines: dict[str, dict[int, str]] = {}
 
     def prepare(self, entry: Entry, now: datetime | None = None) -> PreparedEntry:
         """Encode and hash the payload and fix the creation time (``now``, else the
@@ -140,14 +153,27 @@ class EntryBuilder:
         pending: Mapping[str, EntryNode] | None = None,
     ) -> BuiltEntry:
         """The entry under ``parent``; ``pending`` holds nodes not stored yet (a batch)."""
-        return build_entry(
+        lines = self._lines
+        line = lines.pop(parent, None) if parent is not None else None
+        if line is None or len(line) >= LINE_LIMIT:
+            line = {}
+        built = build_entry(
             prepared.payload,
             prepared.payload_oid,
             parent,
             prepared.created_at,
             prepared.entry.turn_id,
             self.graph.node if not pending else self.lookup(pending),
+            line,
         )
+        line[built.node.depth] = built.oid
+        while len(lines) >= LINES:
+            try:  # the oldest kept line goes (another thread may change the dict meanwhile)
+                del lines[next(iter(lines))]
+            except (RuntimeError, StopIteration, KeyError):
+                break
+        lines[built.oid] = line
+        return built
 
     def lookup(self, pending: Mapping[str, EntryNode]) -> NodeLookup:
         """Reads nodes from ``pending`` (a batch's, not stored yet), else from the store."""

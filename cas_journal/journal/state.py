@@ -90,14 +90,25 @@ def meta_from_state(state_oid: str, state: ThreadStateNode) -> ThreadMeta:
 
 
 def state_links(
-    lookup: Callable[[str], ThreadStateNode], parent: str, parent_state: ThreadStateNode
+    lookup: Callable[[str], ThreadStateNode],
+    parent: str,
+    parent_state: ThreadStateNode,
+    line: dict[int, str] | None = None,
 ) -> tuple[int, str | None]:
     """``(depth, skip)`` of a new state whose first parent is ``parent`` (``lookup`` reads
-    a state by oid; it is called O(log depth) times, for the skip pointer)."""
+    a state by oid; it is called O(log depth) times, for the skip pointer). ``line``, if
+    given, maps depths to first-parent ancestors of ``parent``: a skip target found there
+    is not looked for, one looked for is added."""
     depth = parent_state.depth + 1
     if depth < 2:
         return depth, None
-    return depth, ancestor_at(lookup, parent, skip_depth(depth))
+    target = skip_depth(depth)
+    skip = line.get(target) if line is not None else None
+    if skip is None:
+        skip = ancestor_at(lookup, parent, target)
+        if line is not None:
+            line[target] = skip
+    return depth, skip
 
 
 def merge_thread_states(
@@ -153,6 +164,12 @@ def ensure_index(refs: RefStore, meta: ThreadMeta, previous: ThreadMeta | None =
         apply_index_update(refs, update)
 
 
+LINES = 32
+"""States whose line of ancestors ``ThreadStates`` keeps (the threads written lately)."""
+LINE_LIMIT = 64
+"""Depths a kept line holds at most; a longer one starts over (it is only a shortcut)."""
+
+
 class ThreadHead(NamedTuple):
     """A thread as read: the state's oid, the state and its metadata (a NamedTuple, not
     a frozen dataclass: every append and fork makes one, and a tuple is built at a
@@ -179,6 +196,10 @@ class ThreadStates:
         self.store = store
         self._states: BoundedCache[str, ThreadStateNode] = BoundedCache(4096)
         self._heads: BoundedCache[str, ThreadHead] = BoundedCache(4096)
+        self._lines: dict[str, dict[int, str]] = {}
+        """First-parent ancestors (and itself) by depth of the states that new states
+        followed lately, keyed by that state's oid (whose ancestors never change): the
+        skip pointers of the next states are taken from there (see ``state_links``)."""
 
     @property
     def cache(self) -> BoundedCache[str, ThreadStateNode]:
@@ -226,8 +247,21 @@ class ThreadStates:
         heads: tuple[str, ...],
     ) -> ThreadStateNode:
         """The state that follows ``head``: its first parent is the head's state."""
-        depth, skip = state_links(self.state, head.state_oid, head.state)
-        return ThreadStateNode(meta, leaf, heads, (head.state_oid,), depth, skip)
+        lines, oid = self._lines, head.state_oid
+        line = lines.pop(oid, None)
+        if line is None and head.state.parent is not None:
+            line = lines.pop(head.state.parent, None)  # kept when the head was written
+        if line is None or len(line) >= LINE_LIMIT:
+            line = {}
+        line[head.state.depth] = oid
+        depth, skip = state_links(self.state, oid, head.state, line)
+        while len(lines) >= LINES:
+            try:  # the oldest kept line goes (another thread may change the dict meanwhile)
+                del lines[next(iter(lines))]
+            except (RuntimeError, StopIteration, KeyError):
+                break
+        lines[oid] = line
+        return ThreadStateNode(meta, leaf, heads, (oid,), depth, skip)
 
     def write(self, state: ThreadStateNode) -> tuple[str, bytes]:
         """Encode a new state; returns ``(oid, body)`` for the caller to store."""
