@@ -17,9 +17,14 @@ A path read that builds or copies many entries pauses Python's cyclic garbage co
 while it does (``collector_paused``): the tens of thousands of objects it allocates
 (none of them in reference cycles) would otherwise trigger a collection every 700
 allocations, each walking the young objects, and a full one over every object of the
-process. The collector runs again as soon as the read is done (unless it was disabled
-before: then it stays so), and the objects allocated meanwhile are examined by its
-next pass, once.
+process. When the last pause ends, the objects allocated meanwhile (the entries a
+journal caches, meant to live) are moved straight to the collector's oldest generation
+instead of being walked by the young generations' passes first (``gc.freeze`` then
+``gc.unfreeze``; the young generations are collected when the pause begins, so only
+what was allocated during it moves); if the process froze objects itself
+(``gc.get_freeze_count()`` is not 0) that is skipped and the objects are examined by the
+collector's next pass, as usual. The collector runs again as soon as the read is done
+(unless it was disabled before: then it stays so).
 """
 
 from __future__ import annotations
@@ -62,17 +67,25 @@ it only needs turning into the aware UTC datetime it names."""
 _pause_lock = threading.Lock()
 _pauses = 0
 _resume = False
+_promote = False
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while the block runs (see the module
-    docstring). Nested and concurrent pauses share one: the collector resumes when the
-    last of them ends, and only if it was enabled when the first began."""
-    global _pauses, _resume
+    """Pause the cyclic garbage collector while the block runs and move what it
+    allocated to the oldest generation afterwards (see the module docstring). Nested and
+    concurrent pauses share one: the collector resumes when the last of them ends, and
+    only if it was enabled when the first began."""
+    global _pauses, _resume, _promote
+    if _pauses == 0 and gc.isenabled() and gc.get_freeze_count() == 0:
+        # the young objects from before the pause are collected now, so that only what
+        # the pause allocates moves to the oldest generation (outside the lock: a
+        # finalizer run by the collection may read a path itself)
+        gc.collect(1)
     with _pause_lock:
         if _pauses == 0:
             _resume = gc.isenabled()
+            _promote = _resume and gc.get_freeze_count() == 0
             gc.disable()
         _pauses += 1
     try:
@@ -80,8 +93,12 @@ def collector_paused() -> Iterator[None]:
     finally:
         with _pause_lock:
             _pauses -= 1
-            if _pauses == 0 and _resume:
-                gc.enable()
+            if _pauses == 0:
+                if _promote and gc.get_freeze_count() == 0:
+                    gc.freeze()  # every tracked object, then back into the oldest generation
+                    gc.unfreeze()
+                if _resume:
+                    gc.enable()
 
 
 def entry_weight(entry: Entry) -> int:
