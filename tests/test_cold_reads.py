@@ -217,13 +217,13 @@ def test_a_path_read_from_a_packed_store_pauses_the_collector(tmp_path, monkeypa
     j.close()
     j = cj.Journal.open(tmp_path / "store", durable=False)
     seen: list[bool] = []
-    original = entries_module.EntryReader._built
+    original = entries_module._payload_fields
 
-    def built(self, *args):  # type: ignore[no-untyped-def]
+    def payload_fields(*args):  # type: ignore[no-untyped-def]
         seen.append(gc.isenabled())
-        return original(self, *args)
+        return original(*args)
 
-    monkeypatch.setattr(entries_module.EntryReader, "_built", built)
+    monkeypatch.setattr(entries_module, "_payload_fields", payload_fields)
     assert [e.id for e in j.path("t")] == [e.id for e in written]
     assert seen and not any(seen)
     assert gc.isenabled()

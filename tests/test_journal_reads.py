@@ -385,6 +385,12 @@ def test_constructor_copies_share_nothing_mutable_with_the_original():
     again = build.with_field(copy, "thread_id", "u")
     assert again.thread_id == "u" and copy.thread_id == "t"
     assert again.model_fields_set is copy.model_fields_set  # already set: shared
+    seen_as = build.field_copier("thread_id")
+    fast = seen_as(original, "t")
+    assert fast == single and fast.model_fields_set == single.model_fields_set
+    assert fast.__dict__ is not original.__dict__ and original.thread_id == ""
+    assert fast.__pydantic_private__ is None and fast.__pydantic_extra__ is None
+    assert seen_as(copy, "u").model_fields_set is copy.model_fields_set
 
 
 def test_constructor_shares_field_sets_that_copies_never_change():
@@ -475,3 +481,5 @@ def test_constructor_copies_of_a_mutable_model_own_their_field_sets():
     assert copy.model_fields_set is not original.model_fields_set
     assert other.model_fields_set is not original.model_fields_set
     assert copy.model_fields_set == original.model_fields_set == {"text", "tag"}
+    copier = build.field_copier("text")(original, "c")  # the general copy for such models
+    assert copier.text == "c" and copier.model_fields_set is not original.model_fields_set

@@ -59,6 +59,8 @@ PAYLOAD_CACHE_BYTES = 32 * 1024 * 1024
 """Payload text (tool outputs can be large) kept for reuse, at most."""
 
 _ENTRY = Constructor(Entry)
+_SEEN_AS = _ENTRY.field_copier("thread_id")
+"""An entry as seen from another thread (a copy with that thread's id)."""
 _PAYLOAD_FIELD_SET = frozenset(PAYLOAD_FIELDS)
 _from_iso = datetime.fromisoformat
 """A node's ``created_at`` was checked canonical when the node was parsed (or written):
@@ -203,7 +205,7 @@ class EntryReader:
     def _seen_from(self, entry: Entry, thread_id: str) -> Entry:
         if entry.thread_id == thread_id:
             return entry
-        return _ENTRY.with_field(entry, "thread_id", thread_id)
+        return _SEEN_AS(entry, thread_id)
 
     def entry(self, thread_id: str, oid: str) -> Entry:
         """The Entry ``oid`` as seen from ``thread_id`` (no membership check)."""
@@ -278,10 +280,11 @@ class EntryReader:
         texts: dict[str, tuple[str, dict[str, Any] | None]] = {}
         for oid, kind, body in self.graph.nearby.get_many(wanted):
             texts[oid] = (_payload_text(oid, kind, body), _payload_fields(oid, body))
-        built, put, with_field = self._built, self._entries.put, _ENTRY.with_field
+        put, build, seen_as = self._entries.put, _ENTRY.with_fields, _SEEN_AS
         out: list[Entry] = []
         append = out.append
         total = 0
+        overhead = ENTRY_OVERHEAD
         for oid, entry in zip(oids, found, strict=True):
             if entry is None:
                 node = nodes[oid]
@@ -294,13 +297,27 @@ class EntryReader:
                     texts[payload] = (text, None)
                 if fields is None:
                     fields = _payload_fields(payload, text)
-                entry = built(oid, node, text, fields, thread_id)
-                weight = 2 * len(text) + ENTRY_OVERHEAD  # entry_weight(entry): raw is text
+                try:  # ``_built``, written out
+                    entry = build(
+                        fields,
+                        {
+                            "id": oid,
+                            "thread_id": thread_id,
+                            "parent_id": node.parent or "",
+                            "turn_id": node.turn_id,
+                            "created_at": _from_iso(node.created_at),
+                            "raw": text,
+                            "raw_hash": payload,
+                        },
+                    )
+                except (ValueError, TypeError) as exc:
+                    raise CorruptObject(f"entry payload is malformed: {exc}", payload) from exc
+                weight = 2 * len(text) + overhead  # entry_weight(entry): raw is text
                 put(oid, entry, weight)
             else:
-                weight = entry_weight(entry)
+                weight = 2 * len(entry.raw) + overhead  # entry_weight(entry)
                 if entry.thread_id != thread_id:
-                    entry = with_field(entry, "thread_id", thread_id)
+                    entry = seen_as(entry, thread_id)
             total += weight
             append(entry)
         return out, total

@@ -326,6 +326,31 @@ class Constructor(Generic[M]):
         _set(copy, "__pydantic_private__", self._private_of(model))
         return copy
 
+    def field_copier(self, name: str) -> Callable[[M, Any], M]:
+        """``with_field(model, name, value)`` as a function of ``(model, value)`` with
+        everything that does not depend on them looked up once (a path read copies
+        every shared entry of a fork's history with this)."""
+        if self._field_sets is None or self._private is not None:
+            return lambda model, value: self.with_field(model, name, value)
+        model_type = self.model
+        new = model_type.__new__
+        added = {name}
+
+        def copy_with(model: M, value: Any) -> M:
+            fields = model.__dict__.copy()
+            fields[name] = value
+            fields_set = model.__pydantic_fields_set__
+            if name not in fields_set:
+                fields_set = fields_set | added
+            copy = new(model_type)
+            _set(copy, "__dict__", fields)
+            _set(copy, "__pydantic_fields_set__", fields_set)
+            _set(copy, "__pydantic_extra__", None)
+            _set(copy, "__pydantic_private__", None)
+            return copy
+
+        return copy_with
+
     def _copy(self, model: M, fields: dict[str, Any], fields_set: set[str]) -> M:
         """A copy of ``model`` holding ``fields`` (and a copy of its private attributes).
         Its set of fields set is ``fields_set`` itself only for a frozen model, which never
