@@ -18,11 +18,10 @@ from ..backends import NewObject
 from ..objects import (
     EntryNode,
     Kind,
-    ancestor_at,
     ensure_utc,
     format_time,
     object_id,
-    skip_depth,
+    skip_pointer,
     utc_now,
 )
 from .graph import EntryGraph
@@ -79,20 +78,12 @@ def entry_node(
     if parent is None:
         return EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
     depth = lookup(parent).depth + 1
-    skip = None
-    if depth >= 2:
-        target = skip_depth(depth)
-        skip = line.get(target) if line is not None else None
-        if skip is None:
-            skip = ancestor_at(lookup, parent, target)
-            if line is not None:
-                line[target] = skip
     return EntryNode(
         payload=payload_oid,
         created_at=created_at,
         depth=depth,
         parent=parent,
-        skip=skip,
+        skip=skip_pointer(lookup, parent, depth, line),
         turn_id=turn_id,
     )
 

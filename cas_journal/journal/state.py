@@ -20,13 +20,12 @@ from ..errors import CorruptObject, CorruptRef, ThreadNotFound
 from ..objects import (
     Kind,
     ThreadStateNode,
-    ancestor_at,
     canonical_json,
     format_time,
     is_oid,
     object_id,
     parse_time,
-    skip_depth,
+    skip_pointer,
 )
 from .cache import BoundedCache
 from .models import ThreadMeta
@@ -100,15 +99,7 @@ def state_links(
     given, maps depths to first-parent ancestors of ``parent``: a skip target found there
     is not looked for, one looked for is added."""
     depth = parent_state.depth + 1
-    if depth < 2:
-        return depth, None
-    target = skip_depth(depth)
-    skip = line.get(target) if line is not None else None
-    if skip is None:
-        skip = ancestor_at(lookup, parent, target)
-        if line is not None:
-            line[target] = skip
-    return depth, skip
+    return depth, skip_pointer(lookup, parent, depth, line)
 
 
 def merge_thread_states(

@@ -28,6 +28,7 @@ from .nodes import (
     references,
     segment_body,
     skip_depth,
+    skip_pointer,
     typed_references,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "require_oid",
     "segment_body",
     "skip_depth",
+    "skip_pointer",
     "split_canonical_forms",
     "typed_references",
     "utc_now",

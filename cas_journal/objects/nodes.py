@@ -75,6 +75,24 @@ def ancestor_at(lookup: Callable[[str], N], oid: str, depth: int) -> str:
     return current
 
 
+def skip_pointer(
+    lookup: Callable[[str], N], parent: str, depth: int, line: dict[int, str] | None = None
+) -> str | None:
+    """The skip pointer of a new node at ``depth`` whose first parent is ``parent``: its
+    first-parent ancestor at ``skip_depth(depth)``, or None below depth 2. ``line``, if
+    given, maps depths to first-parent ancestors of ``parent`` already known (a writer's
+    recent ones): a target found there is not looked for, and one looked for is added."""
+    if depth < 2:
+        return None
+    target = skip_depth(depth)
+    skip = line.get(target) if line is not None else None
+    if skip is None:
+        skip = ancestor_at(lookup, parent, target)
+        if line is not None:
+            line[target] = skip
+    return skip
+
+
 def meeting_point(
     lookup_a: Callable[[str], N], a: str, lookup_b: Callable[[str], N], b: str
 ) -> str | None:
