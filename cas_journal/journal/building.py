@@ -62,32 +62,6 @@ class BuiltEntry(NamedTuple):
         ]
 
 
-def entry_node(
-    payload_oid: str,
-    parent: str | None,
-    created_at: str,
-    turn_id: str,
-    lookup: NodeLookup,
-    line: dict[int, str] | None = None,
-) -> EntryNode:
-    """The node of a new entry under ``parent`` (None: a root); ``lookup`` reads the
-    parent and, for the skip pointer, O(log depth) of its ancestors. ``line``, if given,
-    maps depths to ancestors of ``parent`` (a batch's: the skip targets found so far and
-    its own entries): a skip target found there is not looked for, one looked for is
-    added."""
-    if parent is None:
-        return EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
-    depth = lookup(parent).depth + 1
-    return EntryNode(
-        payload=payload_oid,
-        created_at=created_at,
-        depth=depth,
-        parent=parent,
-        skip=skip_pointer(lookup, parent, depth, line),
-        turn_id=turn_id,
-    )
-
-
 def build_entry(
     payload: bytes,
     payload_oid: str,
@@ -98,8 +72,23 @@ def build_entry(
     line: dict[int, str] | None = None,
 ) -> BuiltEntry:
     """Build the node of an entry whose payload is already encoded (``payload_oid`` is the
-    oid of the blob ``payload``) and hash it: the entry id (``line``: see ``entry_node``)."""
-    node = entry_node(payload_oid, parent, created_at, turn_id, lookup, line)
+    oid of the blob ``payload``) under ``parent`` (None: a root), and hash it: the entry
+    id. ``lookup`` reads the parent and, for the skip pointer, O(log depth) of its
+    ancestors; ``line``, if given, maps depths to ancestors of ``parent`` (a batch's: the
+    skip targets found so far and its own entries): a skip target found there is not
+    looked for, one looked for is added."""
+    if parent is None:
+        node = EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
+    else:
+        depth = lookup(parent).depth + 1
+        node = EntryNode(
+            payload=payload_oid,
+            created_at=created_at,
+            depth=depth,
+            parent=parent,
+            skip=skip_pointer(lookup, parent, depth, line),
+            turn_id=turn_id,
+        )
     body = node.body()
     return BuiltEntry(object_id(Kind.ENTRY, body), node, body, payload)
 
