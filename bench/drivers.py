@@ -172,6 +172,8 @@ def run_deep(
     out["read_path_cold_packed"] = _cold(cold, "path", "deep", scale.cold_runs)
     system.open()
     out["read_path_warm_packed"] = _warm(lambda: system.read_path("deep"), scale.path_reads)
+    if system.fetch_path("deep") is not None:  # the read without the caller's loop
+        out["fetch_path_warm_packed"] = _warm(lambda: system.fetch_path("deep"), scale.path_reads)
     forks: dict[str, Any] = {}
     for history in scale.fork_history:
         if history > len(ids):

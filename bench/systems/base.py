@@ -118,6 +118,12 @@ class System(abc.ABC):
         """Read root..leaf of a thread, decoding every payload; return the content chars."""
         raise NotImplementedError
 
+    def fetch_path(self, thread_id: str) -> int | None:
+        """The read alone: root..leaf of a thread as the system's own records, none of
+        their fields looked at; how many entries (None: this system does not separate
+        the read from the use). ``read_path`` is this read plus the caller's loop."""
+        return None
+
     def list_page(self, limit: int = 50) -> list[str]:
         """Ids of the first page of threads, newest first."""
         raise NotImplementedError

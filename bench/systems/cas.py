@@ -83,6 +83,9 @@ class CasSystem(System):
     def read_path(self, thread_id: str) -> int:
         return sum(len(e.message.content) for e in self.j.path(thread_id) if e.message)
 
+    def fetch_path(self, thread_id: str) -> int | None:
+        return len(self.j.path(thread_id))
+
     def list_page(self, limit: int = 50) -> list[str]:
         return [meta.id for meta in self.j.list_threads(limit=limit)]
 

@@ -132,6 +132,10 @@ class JsonlSystem(System):
                     chars += len(record["message"]["content"])
         return chars
 
+    def fetch_path(self, thread_id: str) -> int | None:
+        with open(self._file(thread_id), "rb") as f:
+            return len([json.loads(line) for line in f])
+
     def list_page(self, limit: int = 50) -> list[str]:
         stamped = []
         with os.scandir(self.threads) as it:

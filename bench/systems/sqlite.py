@@ -138,6 +138,13 @@ class SqliteSystem(System):
         ).fetchall()
         return sum(len(row[6]) for row in rows)
 
+    def fetch_path(self, thread_id: str) -> int | None:
+        return len(
+            self.db.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE thread_id = ? ORDER BY seq", (thread_id,)
+            ).fetchall()
+        )
+
     def list_page(self, limit: int = 50) -> list[str]:
         rows = self.db.execute(
             "SELECT id, title, created_at FROM threads ORDER BY created_at DESC, id LIMIT ?",
