@@ -454,6 +454,57 @@ def test_concurrent_durable_commits_share_one_transaction(tmp_path):
     assert len(store.refs.reflog("threads/shared")) == 2
 
 
+def test_a_caller_alone_still_takes_what_was_queued_meanwhile(tmp_path):
+    """A caller that was alone in the previous transaction leads at once (no wait, no
+    gathering), yet its transaction still takes every change queued before it got the
+    leader lock, in order, and the callers served are both of them afterwards."""
+    from cas_journal.backends import RefUpdate
+    from cas_journal.backends.local.commits import Change
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    committer = store.committer
+    results: dict[str, object] = {}
+    idents: dict[str, int] = {}
+    first_done = threading.Event()
+    go = threading.Event()
+
+    def alone() -> None:
+        idents["alone"] = threading.get_ident()
+        results["first"] = committer.submit(Change((), RefUpdate("threads/a", None, "1")))
+        first_done.set()
+        go.wait(10)
+        results["alone"] = committer.submit(Change((), RefUpdate("threads/a", "1", "2")))
+
+    def other() -> None:
+        idents["other"] = threading.get_ident()
+        # queued after the lone caller's change: sees its effect in the same transaction
+        results["other"] = committer.submit(Change((), RefUpdate("threads/b", None, "x")))
+        results["lost"] = committer.submit(Change((), RefUpdate("threads/a", "1", "3")))
+
+    first = threading.Thread(target=alone)
+    first.start()
+    assert first_done.wait(10)
+    assert committer._served == frozenset([idents["alone"]])
+    before = committer.transactions
+    with committer._leader:
+        go.set()
+        deadline = time.monotonic() + 10
+        while not committer._queue and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(committer._queue) == 1 and committer._leading  # led at once
+        second = threading.Thread(target=other)
+        second.start()
+        while len(committer._queue) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(committer._queue) == 2
+    first.join(10)
+    second.join(10)
+    assert results == {"first": True, "alone": True, "other": True, "lost": False}
+    assert committer.transactions == before + 2  # the pair, then the lost swap alone
+    assert store.refs.read_ref("threads/a") == "2"
+    assert store.refs.read_ref("threads/b") == "x"
+
+
 def test_a_failing_group_gives_each_caller_its_own_outcome(tmp_path):
     from cas_journal.backends import RefUpdate
     from cas_journal.backends.local.commits import Change

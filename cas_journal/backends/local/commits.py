@@ -27,11 +27,15 @@ split into two halves that alternate (one half's transaction runs while the othe
 prepares its next change), so a new leader first gathers: if callers the previous
 transaction served (other than those queued) are not back yet, it waits for them, at
 most as long as that transaction took and never more than ``GATHER_LIMIT``. A caller
-alone never waits (it is the only one the previous transaction served). Each change
-keeps its own
-result: a lost compare-and-swap fails only that change, and a later change in the same
-transaction sees the effects of the earlier ones. If the transaction fails, each change
-of the group is retried alone, so every caller gets its own error.
+alone never waits (it is the only one the previous transaction served): when nobody
+leads and nothing else is queued it leads at once, without the condition's wait loop
+and without building a new set of callers (its transaction still takes whatever was
+queued before it got the leader lock). Each change keeps its own result: a lost
+compare-and-swap fails only that change, and a later change in the same transaction
+sees the effects of the earlier ones. If the transaction fails, each change of the
+group is retried alone, so every caller gets its own error. Waiting callers are woken
+when a leader finishes only if some are waiting (a change still queued, or a group of
+several).
 """
 
 from __future__ import annotations
@@ -199,6 +203,11 @@ class Committer:
         self._gathering = False
         self._served: frozenset[int] = frozenset()
         """The callers of the previous transaction."""
+        self._sole = 0
+        """The caller of the previous transaction if it served that one alone (else 0)."""
+        self._sole_set: frozenset[int] = frozenset()
+        """``_served`` when it was set to ``{_sole}`` (a caller alone reuses it, and takes
+        the short way only while ``_served`` is still this very set)."""
         self._took = 0.0
         """How long the previous transaction took (seconds)."""
         self._leader = threading.Lock()
@@ -207,20 +216,22 @@ class Committer:
     def submit(self, change: Change) -> bool:
         """Apply ``change`` (alone or with others queued meanwhile); return its result."""
         state = self._state
-        change.caller = threading.get_ident()
+        change.caller = caller = threading.get_ident()
         with state:
-            self._queue.append(change)
-            if self._gathering:
-                state.notify_all()
-            while self._leading and not change.done:
-                state.wait()
-            lead = not change.done
-            if lead:
-                self._leading = True
-                served = self._served
-                if served and (len(served) > 1 or change.caller not in served):
-                    self._gather()
+            queue = self._queue
+            queue.append(change)
+            if (
+                self._leading
+                or len(queue) > 1
+                or self._sole != caller
+                or self._served is not self._sole_set
+            ):
+                self._wait_or_lead(change)
+                lead = not change.done
+            else:  # alone, as in the previous transaction: lead at once
+                self._leading = lead = True
         if lead:
+            group: list[Change] = []
             try:
                 with self._leader:
                     with state:
@@ -230,14 +241,36 @@ class Committer:
                         self._run(group)
                     finally:
                         self._took = time.monotonic() - started
-                        self._served = frozenset(queued.caller for queued in group)
+                        if len(group) > 1:
+                            self._sole = 0
+                            self._served = frozenset(queued.caller for queued in group)
+                        elif self._sole != caller or self._served is not self._sole_set:
+                            self._sole = caller  # (the group is this caller's change)
+                            self._served = self._sole_set = frozenset((caller,))
             finally:
                 with state:
                     self._leading = False
-                    state.notify_all()
+                    if self._queue or len(group) > 1:
+                        state.notify_all()
         if change.error is not None:
             raise change.error
         return change.result
+
+    def _wait_or_lead(self, change: Change) -> None:
+        """(Holding ``_state``, ``change`` queued.) Wait while another caller leads, until
+        ``change`` is applied or nobody leads; in the latter case become the leader
+        (``_leading``), first gathering the callers of the previous transaction if it
+        served others."""
+        state = self._state
+        if self._gathering:
+            state.notify_all()
+        while self._leading and not change.done:
+            state.wait()
+        if not change.done:
+            self._leading = True
+            served = self._served
+            if served and (len(served) > 1 or change.caller not in served):
+                self._gather()
 
     def _gather(self) -> None:
         """Wait (holding ``_state``) until every caller of the previous transaction has
