@@ -446,3 +446,86 @@ def test_objects_the_process_froze_stay_frozen():
         assert _generation_of(made) in (0, 1, 2)
     finally:
         gc.unfreeze()
+
+
+# -- built entries equal validated ones, whatever the payload's shape ---------------------
+
+_TEXT = st.text(max_size=6)
+_BLOCKS = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}),
+        st.fixed_dictionaries(
+            {"type": st.just("tool_use"), "id": st.just("c1"), "name": st.just("f")},
+            optional={"input": st.dictionaries(_TEXT, _TEXT, max_size=2)},
+        ),
+    ),
+    max_size=3,
+)
+_MESSAGES = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "assistant", "tool"]),
+        "content": st.one_of(_TEXT, _BLOCKS),
+        "tool_args": _TEXT,
+        "compaction_generation": st.integers(0, 3),
+        "tool_result": st.fixed_dictionaries({}, optional={"truncated": st.booleans()}),
+    },
+)
+_PAYLOADS = st.fixed_dictionaries(
+    {"type": st.sampled_from([kind.value for kind in cj.EntryType])},
+    optional={
+        "message": _MESSAGES,
+        "turn_status": st.sampled_from(["started", "completed"]),
+        "metadata": st.dictionaries(_TEXT, _TEXT, max_size=2),
+        "kept_user_entry_ids": st.lists(_TEXT, max_size=2),
+        "tokens_before": st.integers(0, 10**6),
+        "context_usage_before": st.fixed_dictionaries(
+            {}, optional={"input_tokens": st.integers(0, 9)}
+        ),
+        "summary": _TEXT,
+    },
+)
+
+
+@given(st.lists(_PAYLOADS, min_size=1, max_size=3))
+def test_an_entry_built_from_a_payload_is_the_validated_model(payloads):
+    """Entries built without validation (a builder per payload shape, reused across
+    examples) equal what pydantic builds from the same fields: same values, same set of
+    fields set, same field order, and each owns its mutable values."""
+    import json
+
+    from pydantic import ValidationError
+
+    for payload in payloads:
+        raw = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        trusted = {
+            "id": "b" * 64,
+            "thread_id": "t",
+            "parent_id": "c" * 64,
+            "turn_id": "turn",
+            "created_at": "2026-01-02T03:04:05.000006Z",
+            "raw": raw,
+            "raw_hash": OID,
+        }
+        try:
+            expected = cj.Entry.model_validate({**json.loads(raw), **trusted})
+        except ValidationError:
+            with pytest.raises(CorruptObject):
+                _SHARED_ENTRY_BUILDER.build("b" * 64, NODE, raw, "t")
+            continue
+        for built in (
+            _SHARED_ENTRY_BUILDER.build("b" * 64, NODE, raw, "t"),
+            _SHARED_ENTRY_BUILDER._built(
+                "b" * 64, NODE, raw, _payload_fields(OID, raw.encode()), "t"
+            ),
+        ):
+            assert type(built) is cj.Entry
+            assert built == expected
+            assert repr(built) == repr(expected)
+            assert built.model_fields_set == expected.model_fields_set
+            assert built.model_dump() == expected.model_dump()
+            if expected.message is not None:
+                assert type(built.message) is cj.Message
+                assert built.message.model_fields_set == expected.message.model_fields_set
+                assert repr(built.message) == repr(expected.message)
+            assert built.metadata is not expected.metadata

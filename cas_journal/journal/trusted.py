@@ -32,10 +32,8 @@ _set = object.__setattr__
 _NOTHING: dict[str, Any] = {}
 """No trusted fields (never changed)."""
 Convert = Callable[[Any], Any]
-_ShapePlan = tuple[
-    tuple[tuple[str, Convert], ...], tuple[tuple[str, Callable[..., Any]], ...], set[str] | None
-]
-"""(fields to convert, factories of missing fields, shared set of fields set)."""
+Builder = Callable[[dict[str, Any], dict[str, Any]], Any]
+"""``build(data, trusted)``: a model from data of one shape (see ``Constructor``)."""
 
 
 def _check(kind: type) -> Convert:
@@ -73,11 +71,18 @@ def _optional(convert: Convert) -> Convert:
 
 
 def _optional_model(constructor: Constructor[Any]) -> Convert:
-    """``_optional(constructor)`` with one call less (a message in every entry)."""
-    with_fields = constructor.with_fields
+    """``_optional(constructor)`` with two calls less (a message in every entry): the
+    builder of a shape seen before is called directly."""
+    with_fields, shapes = constructor.with_fields, constructor._shapes
 
     def optional_model(value: Any) -> Any:
-        return None if value is None else with_fields(value, _NOTHING)
+        if value is None:
+            return None
+        if type(value) is dict:  # ``with_fields`` inline for a shape seen before
+            build = shapes.get((*value, *map(type, value.values())))
+            if build is not None:
+                return build(value, _NOTHING)
+        return with_fields(value, _NOTHING)
 
     return optional_model
 
@@ -86,11 +91,26 @@ def _str_or(convert: Convert) -> Convert:
     def str_or(value: Any) -> Any:
         return value if type(value) is str else convert(value)
 
+    str_or.str_or_fallback = convert  # type: ignore[attr-defined]  # for ``_after``
     return str_or
 
 
 def _after(convert: Convert, validators: list[Callable[[Any], Any]]) -> Convert:
     """``convert``, then each after-validator in turn (what pydantic does with them)."""
+    if len(validators) == 1:  # one call less per value (a message's content)
+        validator = validators[0]
+        fallback = getattr(convert, "str_or_fallback", None)
+        if fallback is not None:  # ``_str_or`` inline: an exact str is taken as it is
+
+            def str_or_after(value: Any) -> Any:
+                return validator(value if type(value) is str else fallback(value))
+
+            return str_or_after
+
+        def after_one(value: Any) -> Any:
+            return validator(convert(value))
+
+        return after_one
 
     def after(value: Any) -> Any:
         value = convert(value)
@@ -183,13 +203,15 @@ class Constructor(Generic[M]):
         self._field_sets: dict[tuple[str, ...], set[str]] | None = (
             {} if self._direct and model.model_config.get("frozen") else None
         )
-        self._shapes: dict[tuple[Any, ...], _ShapePlan] = {}
-        """What a direct build does for data of one shape (``_shape_plan``), by shape."""
-        # what a direct build starts from (model_construct fills in defaults itself)
+        self._shapes: dict[tuple[Any, ...], Builder] = {}
+        """How a direct build is done for data of one shape (``_shape_builder``), by shape."""
+        # what a direct build starts from (model_construct fills in defaults itself):
+        # every field in field order, as pydantic lays out an instance's fields (its
+        # repr follows them); a field with a factory holds None until the factory runs
         self._defaults = {
-            name: field.default
+            name: field.default if field.default_factory is None else None
             for name, field in fields.items()
-            if field.default_factory is None and self._direct
+            if self._direct
         }
         self._factories = {
             name: field.default_factory
@@ -235,15 +257,16 @@ class Constructor(Generic[M]):
                 shared[names] = found
         return found
 
-    def _shape_plan(
+    def _shape_builder(
         self, data: dict[str, Any], trusted: dict[str, Any], shape: tuple[Any, ...]
-    ) -> _ShapePlan:
-        """What building from ``data`` (and ``trusted``) takes, for every data of the same
-        shape (its field names in order, the trusted names, the type of each value): the
-        fields to convert (those not of their field's exact type), the factories of the
-        missing fields, and the shared set of fields set (None: each instance gets its
-        own). ValueError for a field the model lacks. The first ``SHARED_FIELD_SETS``
-        shapes are kept."""
+    ) -> Builder:
+        """The builder of every data of the same shape as ``data`` (and ``trusted``): its
+        field names in order, the trusted names, the type of each value. It copies the
+        defaults, sets the fields, converts those not of their field's exact type, calls
+        the factories of the missing fields and sets up the instance (sharing one set of
+        fields set, for a frozen model), with everything that does not depend on the
+        values looked up once. ValueError for a field the model lacks. The first
+        ``SHARED_FIELD_SETS`` shapes are kept."""
         plans = self.plans if self.plans is not None else self._plans()
         exact = self._exact.get
         converts: list[tuple[str, Convert]] = []
@@ -258,10 +281,29 @@ class Constructor(Generic[M]):
         )
         names = (*data, *trusted)
         shared = self._fields_set(names) if self._field_sets is not None else None
-        found: _ShapePlan = (tuple(converts), factories, shared)
+        defaults = self._defaults
+        model_type = self.model
+        new = model_type.__new__
+        private = self._private
+        converting = tuple(converts)
+
+        def build(data: dict[str, Any], trusted: dict[str, Any]) -> Any:
+            fields = defaults | data  # the operators: no argument parsing, as update has
+            for name, convert in converting:
+                fields[name] = convert(fields[name])
+            for name, factory in factories:
+                fields[name] = factory()  # type: ignore[call-arg]
+            fields |= trusted
+            model = new(model_type)
+            _set(model, "__dict__", fields)
+            _set(model, "__pydantic_fields_set__", set(names) if shared is None else shared)
+            _set(model, "__pydantic_extra__", None)
+            _set(model, "__pydantic_private__", None if private is None else dict(private))
+            return model
+
         if len(self._shapes) < SHARED_FIELD_SETS:
-            self._shapes[shape] = found
-        return found
+            self._shapes[shape] = build
+        return build
 
     def _fields(self, data: Any) -> dict[str, Any]:
         """Every field of a model holding ``data`` (defaults for the missing ones, in
@@ -368,28 +410,16 @@ class Constructor(Generic[M]):
 
     def with_fields(self, data: Any, trusted: dict[str, Any]) -> M:
         """Like calling it on ``data``, plus ``trusted`` fields taken as they are (values
-        the caller built itself: oids, an aware UTC time). Written out (``_fields`` and
-        ``_build`` inline): it runs once per entry of every path read from the store."""
+        the caller built itself: oids, an aware UTC time). Runs once per entry of every
+        path read from the store (and once per message in it): the shape of the data
+        picks a builder made for it (``_shape_builder``)."""
         if not self._direct or type(data) is not dict:
             fields = self._fields(data)
             fields.update(trusted)
             return self._build(fields, self._fields_set((*data, *trusted)))
         shape = (*data, *trusted, *map(type, data.values()))
-        plan = self._shapes.get(shape)
-        if plan is None:
-            plan = self._shape_plan(data, trusted, shape)
-        converts, factories, shared = plan
-        fields = self._defaults.copy()
-        fields.update(data)
-        for name, convert in converts:
-            fields[name] = convert(fields[name])
-        for name, factory in factories:
-            fields[name] = factory()
-        fields.update(trusted)
-        model = self.model.__new__(self.model)
-        _set(model, "__dict__", fields)
-        _set(model, "__pydantic_fields_set__", shared or set((*data, *trusted)))
-        _set(model, "__pydantic_extra__", None)
-        private = self._private
-        _set(model, "__pydantic_private__", None if private is None else dict(private))
-        return model
+        build = self._shapes.get(shape)
+        if build is None:
+            build = self._shape_builder(data, trusted, shape)
+        built: M = build(data, trusted)
+        return built
