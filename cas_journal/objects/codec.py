@@ -129,6 +129,30 @@ def _header_error(data: bytes, position: int) -> CorruptObject:
     return CorruptObject("object header has a malformed length")
 
 
+_HEADERS: dict[bytes, tuple[Kind, int]] = {}
+"""Headers met by ``split_canonical_forms`` (``b"entry 280"``, without the NUL) with
+the kind and body length they give: a block's objects repeat a few hundred distinct
+headers, so most are one dictionary lookup instead of a match and a parse."""
+MAX_KNOWN_HEADERS = 1 << 16
+"""Headers kept in ``_HEADERS``, at most (a few MB; later ones are parsed each time)."""
+
+
+def _parse_header(data: bytes, position: int, nul: int) -> tuple[Kind, int]:
+    """``(kind, body length)`` of the header at ``position`` whose NUL is at ``nul`` (the
+    first within ``MAX_HEADER_LENGTH`` bytes, or -1), checked as ``_CANONICAL_HEADER``
+    reads it; CorruptObject saying what is wrong with it."""
+    header = _CANONICAL_HEADER.match(data, position)
+    if header is None:
+        raise _header_error(data, position)
+    if nul < 0 or header.end() != nul + 1:  # the NUL is further than the limit
+        raise CorruptObject("object header is missing or too long")
+    tag, length_text = header.groups()
+    found = (KINDS_BY_TAG[tag], int(length_text))
+    if len(_HEADERS) < MAX_KNOWN_HEADERS:
+        _HEADERS[data[position:nul]] = found
+    return found
+
+
 def split_canonical_forms(data: bytes) -> list[tuple[str, Kind, bytes]]:
     """Split canonical forms stored back to back (a pack block's content) into
     ``(oid, kind, body)``, each object named by the hash of its own canonical form.
@@ -138,26 +162,24 @@ def split_canonical_forms(data: bytes) -> list[tuple[str, Kind, bytes]]:
     that runs past the end raises CorruptObject (no oid to name: the data has none).
     """
     out: list[tuple[str, Kind, bytes]] = []
-    append, match, kinds = out.append, _CANONICAL_HEADER.match, KINDS_BY_TAG
+    append, find, known = out.append, data.find, _HEADERS.get
     hasher = blake3.blake3()  # one hasher, reset per object: cheaper than a new one each
     reset, update, digest = hasher.reset, hasher.update, hasher.digest
     view = memoryview(data)
     position, size = 0, len(data)
     while position < size:
-        # one match per object (this runs for every object of every block read)
-        header = match(data, position)
-        if header is None:
-            raise _header_error(data, position)
-        start = header.end()
-        if start - position > MAX_HEADER_LENGTH:
-            raise CorruptObject("object header is missing or too long")
-        tag, length_text = header.groups()
-        end = start + int(length_text)
+        # one search and one lookup per object (this runs for every object of every
+        # block read); a header not met before is matched and checked in full
+        nul = find(b"\0", position, position + MAX_HEADER_LENGTH)
+        header = known(data[position:nul]) if nul >= 0 else None
+        kind, length = header if header is not None else _parse_header(data, position, nul)
+        start = nul + 1
+        end = start + length
         if end > size:
             raise CorruptObject("object length runs past the end of its data")
         reset()
         update(view[position:end])
-        append((digest().hex(), kinds[tag], data[start:end]))
+        append((digest().hex(), kind, data[start:end]))
         position = end
     return out
 

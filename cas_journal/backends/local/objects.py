@@ -43,6 +43,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -743,7 +744,7 @@ class LocalObjectStore(ObjectStore):
                     found = pack.block_objects(position)
             except CorruptObject:
                 found = []
-            if any(other == oid for other, _, _ in found):
+            if oid in map(itemgetter(0), found):  # at C speed: a block holds hundreds
                 return found
         else:  # not packed: its row, without a second search of the packs
             try:
