@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import CorruptObject
 from ..objects import EntryNode, Kind
-from ..objects.canonical import parse_json
+from ..objects.canonical import parse_json, parse_json_exact
 from .cache import BoundedCache
 from .graph import EntryGraph
 from .models import Entry
@@ -133,7 +133,9 @@ def _payload_fields(oid: str, data: bytes | str) -> dict[str, Any]:
     CorruptObject naming it if they are not (their values are checked when the Entry is
     built)."""
     try:
-        fields = parse_json(data)
+        # stored bytes (a path read): orjson's own writing of what it read (how the
+        # journal writes payloads) is taken without the scan for floats
+        fields = parse_json_exact(data) if type(data) is bytes else parse_json(data)
     except (ValueError, TypeError, RecursionError) as exc:
         raise CorruptObject(f"entry payload is malformed: {exc}".splitlines()[0], oid) from exc
     if type(fields) is not dict or "type" not in fields:
