@@ -35,11 +35,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
+from itertools import repeat
 from typing import Any
 
 from ..errors import CorruptObject
 from ..objects import EntryNode, Kind
-from ..objects.canonical import parse_json, parse_json_exact
+from ..objects.canonical import _fast_json, parse_json, parse_json_exact
 from .cache import BoundedCache
 from .graph import EntryGraph
 from .models import Entry
@@ -146,6 +148,58 @@ def _payload_fields(oid: str, data: bytes | str) -> dict[str, Any]:
             f"entry payload is malformed: payload has unknown fields {unknown}", oid
         )
     return fields
+
+
+PAYLOAD_CHUNK_BYTES = 1 << 20
+"""A path read parses the payloads it reads as one JSON array per this many bytes."""
+_BLOB = Kind.BLOB
+_utf8 = bytes.decode
+
+
+def _parsed_together(bodies: list[bytes]) -> list[Any] | None:
+    """The parsed JSON of each of ``bodies`` (payloads as stored), with one parse for all
+    of them; None if that cannot show each would parse alone to the same value (then the
+    caller parses each alone, which also names one at fault).
+
+    The bodies are parsed as one array; each element written back by orjson must be its
+    body exactly (how the journal writes payloads), which proves the array's elements are
+    the bodies' values one to one (no body that is not JSON by itself was glued to its
+    neighbour) and that orjson read them as ``json.loads`` does (``parse_json_exact``).
+    Each must also be an object with a type and only payload fields (else None)."""
+    fast = _fast_json()
+    if fast is None or not bodies:
+        return None
+    joined = b"[" + b",".join(bodies) + b"]"
+    try:
+        values = fast.loads(joined)
+        if type(values) is not list or len(values) != len(bodies):
+            return None
+        if list(map(partial(fast.dumps, option=fast.OPT_SORT_KEYS), values)) != bodies:
+            return None
+    except (ValueError, TypeError):  # orjson's errors; the checks alone decide
+        return None
+    if (
+        set(map(type, values)) != {dict}
+        or not all(map(dict.__contains__, values, repeat("type")))
+        or not all(map(_PAYLOAD_FIELD_SET.issuperset, values))
+    ):
+        return None
+    return values
+
+
+def _read_payloads(
+    oids: list[str], bodies: list[bytes], into: dict[str, tuple[str, dict[str, Any] | None]]
+) -> None:
+    """Put the text and parsed fields of each payload (blobs read for a path) ``into``:
+    one parse for all when ``_parsed_together`` allows, else one each."""
+    values = _parsed_together(bodies)
+    if values is None:
+        for oid, body in zip(oids, bodies, strict=True):
+            into[oid] = (_payload_text(oid, _BLOB, body), _payload_fields(oid, body))
+    else:  # orjson read them all, so each is UTF-8
+        into.update(zip(oids, zip(map(_utf8, bodies), values, strict=True), strict=True))
+    oids.clear()
+    bodies.clear()
 
 
 class EntryReader:
@@ -280,8 +334,19 @@ class EntryReader:
         # parsed fields are used once (an entry owns its lists and maps), so a payload
         # that several entries of the path share is parsed again for the next
         texts: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        chunk: list[str] = []
+        bodies: list[bytes] = []
+        size = 0
         for oid, kind, body in self.graph.nearby.get_many(wanted):
-            texts[oid] = (_payload_text(oid, kind, body), _payload_fields(oid, body))
+            if kind is not _BLOB:
+                _payload_text(oid, kind, body)  # the error naming it
+            chunk.append(oid)
+            bodies.append(body)
+            size += len(body)
+            if size >= PAYLOAD_CHUNK_BYTES:
+                _read_payloads(chunk, bodies, texts)
+                size = 0
+        _read_payloads(chunk, bodies, texts)
         put, build, seen_as = self._entries.put, _ENTRY.with_fields, _SEEN_AS
         out: list[Entry] = []
         append = out.append
