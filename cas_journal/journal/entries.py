@@ -11,7 +11,9 @@ its entries, so the entries kept alive by both caches together stay under
 ``ENTRY_CACHE_BYTES + PATH_CACHE_BYTES`` (an entry shared by several paths is counted
 in each: the bound is conservative). Entries are built from the stored,
 hash-verified payload without a second pydantic validation (see ``trusted``); a payload
-that does not fit the Entry model is a CorruptObject naming it.
+that does not fit the Entry model is a CorruptObject naming it. The payloads a path read
+gets from the store are parsed together, one JSON array per ``PAYLOAD_CHUNK_BYTES``
+(``_parsed_together``: used only when it provably gives what parsing each alone gives).
 
 A path read that builds or copies many entries pauses Python's cyclic garbage collector
 while it does (``collector_paused``): the tens of thousands of objects it allocates

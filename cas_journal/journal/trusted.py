@@ -7,6 +7,10 @@ dict (parsed JSON) directly: it checks each present field's Python type against 
 derived once from the model's annotations (str, int, bool, enums, optional nested models,
 lists of str, str-to-str maps, an exact str for a union with str, plain after-validators
 run as pydantic runs them), converts enums and nested models, and fills in defaults.
+What a build does depends only on the data's *shape* (its field names and the type of
+each value), so a builder is made once per shape and reused: it sets the fields in
+field order (as pydantic lays them out), converts only the fields that need it and sets
+up the instance, with nothing looked up per instance that the shape already fixed.
 A field whose annotation it has no plan for is validated by pydantic (a TypeAdapter), so
 nothing unknown slips through unchecked. Any mismatch is a ValueError; callers turn it
 into CorruptObject naming the object.
