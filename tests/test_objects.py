@@ -233,7 +233,8 @@ oids = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
     depth=st.integers(0, 10**6),
     parent=oids,
     skip=oids,
-    turn_id=st.text(max_size=30),
+    # any text, and ASCII (quoted as it is unless it holds a quote, backslash or control)
+    turn_id=st.text(max_size=30) | st.text(st.characters(max_codepoint=127), max_size=30),
     seconds=st.integers(0, 10**10),
 )
 def test_fast_entry_body_equals_the_generic_encoding(

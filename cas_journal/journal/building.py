@@ -29,6 +29,9 @@ from .models import Entry
 from .payload import payload_bytes
 from .trusted import Constructor
 
+_new_tuple = tuple.__new__
+"""Makes a NamedTuple from its fields in order, without its Python-level ``__new__``."""
+
 NodeLookup = Callable[[str], EntryNode]
 """Reads the node of a stored (or pending) entry by oid."""
 
@@ -57,8 +60,8 @@ class BuiltEntry(NamedTuple):
     def objects(self) -> list[NewObject]:
         """The objects to store, referenced first: the payload blob, then the node."""
         return [
-            NewObject(self.node.payload, Kind.BLOB, self.payload),
-            NewObject(self.oid, Kind.ENTRY, self.body),
+            _new_tuple(NewObject, (self.node.payload, Kind.BLOB, self.payload)),
+            _new_tuple(NewObject, (self.oid, Kind.ENTRY, self.body)),
         ]
 
 
@@ -77,20 +80,15 @@ def build_entry(
     ancestors; ``line``, if given, maps depths to ancestors of ``parent`` (a batch's: the
     skip targets found so far and its own entries): a skip target found there is not
     looked for, one looked for is added."""
+    # the tuples are made without their Python-level __new__ (fields in order)
     if parent is None:
-        node = EntryNode(payload=payload_oid, created_at=created_at, turn_id=turn_id)
+        node = _new_tuple(EntryNode, (payload_oid, created_at, 0, None, None, turn_id))
     else:
         depth = lookup(parent).depth + 1
-        node = EntryNode(
-            payload=payload_oid,
-            created_at=created_at,
-            depth=depth,
-            parent=parent,
-            skip=skip_pointer(lookup, parent, depth, line),
-            turn_id=turn_id,
-        )
+        skip = skip_pointer(lookup, parent, depth, line)
+        node = _new_tuple(EntryNode, (payload_oid, created_at, depth, parent, skip, turn_id))
     body = node.body()
-    return BuiltEntry(object_id(Kind.ENTRY, body), node, body, payload)
+    return _new_tuple(BuiltEntry, (object_id(Kind.ENTRY, body), node, body, payload))
 
 
 _ENTRY = Constructor(Entry)
@@ -122,8 +120,9 @@ class EntryBuilder:
         entry's ``created_at``, else the current time)."""
         created = ensure_utc(now or entry.created_at or utc_now())
         payload = payload_bytes(entry)
-        return PreparedEntry(
-            entry, payload, object_id(Kind.BLOB, payload), created, format_time(created)
+        return _new_tuple(
+            PreparedEntry,
+            (entry, payload, object_id(Kind.BLOB, payload), created, format_time(created)),
         )
 
     def build(

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import CorruptObject
 from ..objects import Kind, canonical_json, object_id
-from ..objects.canonical import parse_json
-from .models import Entry
+from ..objects.canonical import canonical_json_of_plain, parse_json
+from .models import Entry, Message
 
 NODE_FIELDS = frozenset(
     {"id", "thread_id", "parent_id", "turn_id", "created_at", "raw", "raw_hash"}
@@ -62,7 +62,30 @@ _DEFAULTS = {
 }
 """The payload fields with a plain default (those with a default factory go the long way)."""
 _SERIALIZE = Entry.__pydantic_serializer__.to_python
+_SERIALIZE_MESSAGE = Message.__pydantic_serializer__.to_python
 _PLAIN_VALUES = frozenset({str, int, bool, type(None)})
+_MISSING: Any = object()
+_NOT_IN_LOOP = _NODE_FIELD_SET | {"type"}
+"""Fields ``_payload`` does not look at one by one: the node fields, and ``type`` (always
+written)."""
+_STR_OR_INT = frozenset({str, int})
+_MESSAGE_SHORT_WAY = all(
+    field.default_factory is None
+    and (
+        (field.annotation is str and field.default == "")
+        or (field.annotation is int and field.default == 0)
+        or name in ("content", "tool_result")
+    )
+    for name, field in Message.model_fields.items()
+)
+_MESSAGE_SHORT_WAY = (
+    _MESSAGE_SHORT_WAY
+    and Message.model_fields["content"].default == ""
+    and Message.model_fields["tool_result"].default is None
+)
+"""Every field of a message is a str defaulting to "" or an int defaulting to 0, besides
+``content`` (a str defaulting to "", or a list) and ``tool_result`` (a model, or None):
+then a message with a str content and no tool result dumps as its non-empty fields."""
 
 
 def payload_dict(entry: Entry) -> dict[str, Any]:
@@ -72,39 +95,61 @@ def payload_dict(entry: Entry) -> dict[str, Any]:
     model that is present is kept even when all its fields are empty. This is exactly
     ``entry.model_dump(mode="json", exclude_defaults=True)`` of the payload fields
     (``reference_payload_dict``; a property test compares the two), built here from the
-    fields the entry has set (a field never set holds its default), with nested models
-    dumped by their own serializers: it runs once per appended entry.
+    fields the entry has set (a field never set holds its default), with a message of
+    str and int fields taken as its non-empty ones and other nested models dumped by
+    their own serializers: it runs once per appended entry.
     """
+    return _payload(entry)[0]
+
+
+def _payload(entry: Entry) -> tuple[dict[str, Any], bool]:
+    """``payload_dict(entry)``, and True if it is known to hold only str, int, bool and
+    None values and str-keyed dicts of them (so its canonical encoding needs no walk to
+    look for floats or other types first)."""
     if type(entry) is not Entry:
-        return reference_payload_dict(entry)
+        return reference_payload_dict(entry), False
     fields = entry.__dict__
     defaults = _DEFAULTS
+    plain = True
     out: dict[str, Any] = {}
-    for name in entry.__pydantic_fields_set__:
+    for name in entry.__pydantic_fields_set__ - _NOT_IN_LOOP:
         default = defaults.get(name, _MISSING)
-        if default is _MISSING:  # a node field, or one with a default factory
-            if name in _NODE_FIELD_SET:
-                continue
-            return reference_payload_dict(entry)
+        if default is _MISSING:  # a field with a default factory
+            return reference_payload_dict(entry), False
         value = fields[name]
         if value is default:
             continue
         kind = type(value)
-        if kind in _PLAIN_VALUES or isinstance(value, Enum):
-            if value == default:
-                continue
-            out[name] = value if kind in _PLAIN_VALUES else value.value
+        if kind in _PLAIN_VALUES:
+            if value != default:
+                out[name] = value
+        elif isinstance(value, Enum):
+            if value != default:
+                out[name] = value._value_
+                plain = plain and type(value._value_) in _PLAIN_VALUES
+        elif kind is Message:  # (the default is None: never equal)
+            message = value.__dict__
+            if (
+                _MESSAGE_SHORT_WAY
+                and message["tool_result"] is None
+                and type(message["content"]) is str
+            ):
+                # a field differs from its default ("" or 0) if it is not empty or zero
+                out[name] = dumped = {key: item for key, item in message.items() if item}
+                plain = plain and _STR_OR_INT.issuperset(map(type, dumped.values()))
+            else:
+                out[name] = _SERIALIZE_MESSAGE(value, mode="json", exclude_defaults=True)
+                plain = False
         elif isinstance(value, BaseModel) and default is None:  # (never equal to None)
             out[name] = kind.__pydantic_serializer__.to_python(
                 value, mode="json", exclude_defaults=True
             )
+            plain = False
         else:
-            return reference_payload_dict(entry)
-    out["type"] = entry.type.value
-    return out
-
-
-_MISSING: Any = object()
+            return reference_payload_dict(entry), False
+    type_value = entry.type._value_
+    out["type"] = type_value
+    return out, plain and type(type_value) is str
 
 
 def reference_payload_dict(entry: Entry) -> dict[str, Any]:
@@ -119,7 +164,8 @@ def reference_payload_dict(entry: Entry) -> dict[str, Any]:
 
 def payload_bytes(entry: Entry) -> bytes:
     """The canonical payload of an entry: the bytes of its payload blob."""
-    return canonical_json(payload_dict(entry))
+    fields, plain = _payload(entry)
+    return canonical_json_of_plain(fields) if plain else canonical_json(fields)
 
 
 def raw_for_entry(entry: Entry) -> str:

@@ -348,12 +348,18 @@ class Constructor(Generic[M]):
         they are: a shallow copy, as ``model_copy(update=...)`` makes, without its cost."""
         if not self._direct:
             return model.model_copy(update=trusted)
-        fields = model.__dict__.copy()
-        fields.update(trusted)
+        fields = {**model.__dict__, **trusted}
         fields_set = model.__pydantic_fields_set__
         if not fields_set.issuperset(trusted):
             fields_set = fields_set | trusted.keys()
-        return self._copy(model, fields, fields_set)
+        if self._field_sets is None or self._private is not None:
+            return self._copy(model, fields, fields_set)
+        copy = self.model.__new__(self.model)  # ``_copy`` inline: once per appended entry
+        _set(copy, "__dict__", fields)
+        _set(copy, "__pydantic_fields_set__", fields_set)
+        _set(copy, "__pydantic_extra__", None)
+        _set(copy, "__pydantic_private__", None)
+        return copy
 
     def with_field(self, model: M, name: str, value: Any) -> M:
         """``replaced(model, {name: value})`` for one field (an entry as seen from

@@ -206,18 +206,31 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 _FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def raw_frame(data: bytes) -> bytes:
-    """A zstd frame holding ``data`` (at most 65,791 bytes) in one raw block, its content
-    size declared: magic number, frame header (single segment, no checksum, no
-    dictionary), block header (last block, raw, its size), then the data as it is."""
-    size = len(data)
+def raw_frame_header(size: int) -> bytes:
+    """What precedes ``size`` bytes (at most 65,791) in a zstd frame of one raw block with
+    its content size declared: magic number, frame header (single segment, no checksum,
+    no dictionary), block header (last block, raw, its size)."""
     if size < 256:  # single segment, a one-byte content size
         header = _FRAME_MAGIC + b"\x20" + size.to_bytes(1, "little")
     elif size <= 65_791:  # a two-byte content size, less 256
         header = _FRAME_MAGIC + b"\x60" + (size - 256).to_bytes(2, "little")
     else:
         raise ValueError("a raw frame holds at most 65,791 bytes")
-    return header + ((size << 3) | 1).to_bytes(3, "little") + data
+    return header + ((size << 3) | 1).to_bytes(3, "little")
+
+
+_RAW_HEADERS = [raw_frame_header(size) for size in range(RAW_FRAME_LIMIT + 1)]
+"""``raw_frame_header`` of every size a stored raw frame has (made once: one per object
+stored)."""
+
+
+def raw_frame(data: bytes) -> bytes:
+    """A zstd frame holding ``data`` (at most 65,791 bytes) in one raw block, its content
+    size declared (see ``raw_frame_header``), then the data as it is."""
+    size = len(data)
+    if size <= RAW_FRAME_LIMIT:
+        return _RAW_HEADERS[size] + data
+    return raw_frame_header(size) + data
 
 
 def frame_of(data: bytes) -> bytes:
@@ -296,20 +309,22 @@ class ObjectCodec(NamedTuple):
         """The stored frames of many objects (sizes checked first), as ``compress`` makes
         them one by one (one compressor lookup for all: the commit path)."""
         limit = self.max_object_size
-        tags = _TAGS
+        tags, headers, raw_limit = _TAGS, _RAW_HEADERS, RAW_FRAME_LIMIT
         compress = None
-        out = []
+        out: list[bytes] = []
+        append = out.append
         for kind, body in objects:
             size = len(body)
             if size > limit:
                 self.check_size(body)
             data = tags[kind] + b"%d\0" % size + body
-            if len(data) <= RAW_FRAME_LIMIT:
-                out.append(raw_frame(data))
+            length = len(data)
+            if length <= raw_limit:
+                append(headers[length] + data)  # raw_frame(data), one call less
             else:
                 if compress is None:
                     compress = _compressor().compress
-                out.append(compress(data))
+                append(compress(data))
         return out
 
     def decode(self, oid: str, frame: bytes) -> tuple[Kind, bytes]:

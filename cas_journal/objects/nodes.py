@@ -248,6 +248,14 @@ _new_tuple = tuple.__new__
 _ENTRY_FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
 
 
+def _json_text(text: str) -> str:
+    """``text`` as a canonical JSON string: quoted as it is when nothing in it needs an
+    escape (printable ASCII without quote or backslash), else through the encoder."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return canonical_json(text).decode("utf-8")
+
+
 class EntryNode(NamedTuple):
     """A journal tree node. Its oid is the entry id; the thread id is deliberately absent."""
 
@@ -260,18 +268,25 @@ class EntryNode(NamedTuple):
 
     def body(self) -> bytes:
         """Canonical JSON body of this node (built directly: it is on the append hot path;
-        a property test checks it equals the generic canonical encoding)."""
-        parts = [f'{{"created_at":"{self.created_at}"']
-        if self.depth:
-            parts.append(f',"depth":{self.depth}')
-        if self.parent:
-            parts.append(f',"parent":"{self.parent}"')
-        parts.append(f',"payload":"{self.payload}"')
-        if self.skip:
-            parts.append(f',"skip":"{self.skip}"')
-        if self.turn_id:
-            parts.append(',"turn_id":' + canonical_json(self.turn_id).decode("utf-8"))
-        parts.append("}")
+        a property test checks it equals the generic canonical encoding). The oids and the
+        time are written as they are (they hold nothing JSON escapes); the turn id is
+        encoded."""
+        payload, created_at, depth, parent, skip, turn_id = self
+        end = f',"turn_id":{_json_text(turn_id)}}}' if turn_id else "}"
+        if depth and parent and skip:  # every entry from depth 2 on: one format
+            return (
+                f'{{"created_at":"{created_at}","depth":{depth},"parent":"{parent}",'
+                f'"payload":"{payload}","skip":"{skip}"{end}'
+            ).encode()
+        parts = [f'{{"created_at":"{created_at}"']
+        if depth:
+            parts.append(f',"depth":{depth}')
+        if parent:
+            parts.append(f',"parent":"{parent}"')
+        parts.append(f',"payload":"{payload}"')
+        if skip:
+            parts.append(f',"skip":"{skip}"')
+        parts.append(end)
         return "".join(parts).encode("utf-8")
 
     def generic_body(self) -> bytes:
