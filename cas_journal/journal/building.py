@@ -10,7 +10,7 @@ append rebuilds only the node). The built objects go to ``Store.commit`` as NewO
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -63,6 +63,18 @@ class BuiltEntry(NamedTuple):
             _new_tuple(NewObject, (self.node.payload, Kind.BLOB, self.payload)),
             _new_tuple(NewObject, (self.oid, Kind.ENTRY, self.body)),
         ]
+
+
+def objects_of(built: Sequence[BuiltEntry]) -> list[NewObject]:
+    """The objects of many built entries, each one's as ``BuiltEntry.objects`` lists them
+    (a batch's: no call per entry)."""
+    blob, entry, new = Kind.BLOB, Kind.ENTRY, _new_tuple
+    out: list[NewObject] = []
+    append = out.append
+    for oid, node, body, payload in built:
+        append(new(NewObject, (node.payload, blob, payload)))
+        append(new(NewObject, (oid, entry, body)))
+    return out
 
 
 def build_entry(

@@ -14,7 +14,7 @@ from datetime import datetime
 from ..errors import ConflictError, EntryNotFound, InvalidParent
 from ..names import validate_id
 from ..objects import EntryNode, ensure_utc, format_time, utc_now
-from .building import BuiltEntry, EntryBuilder
+from .building import BuiltEntry, EntryBuilder, objects_of
 from .commit import Update, commit
 from .entries import EntryReader
 from .graph import EntryGraph
@@ -82,7 +82,7 @@ class ThreadWriter:
         branch heads where they end a branch, ``tip`` the leaf. ConflictError, committing
         nothing, if the thread's leaf moved since ``base`` (a metadata change is merged)."""
         thread_id = base.thread_id
-        objects = [obj for made in built for obj in made.objects()]
+        objects = objects_of(built)
 
         def build(head: ThreadHead) -> Update:
             if head.state_oid != base.state_oid and head.leaf != base.leaf:
