@@ -5,7 +5,6 @@ the caches' weights)."""
 from __future__ import annotations
 
 import gc
-import json
 import threading
 
 import pytest
@@ -27,7 +26,6 @@ from cas_journal.journal.entries import (
 from cas_journal.journal.graph import EntryGraph
 from cas_journal.journal.payload import raw_for_entry
 from cas_journal.objects import EntryNode, Kind, canonical_form, object_id, split_canonical_forms
-from cas_journal.objects.canonical import canonical_json
 
 OID = "a" * 64
 
@@ -219,13 +217,13 @@ def test_a_path_read_from_a_packed_store_pauses_the_collector(tmp_path, monkeypa
     j.close()
     j = cj.Journal.open(tmp_path / "store", durable=False)
     seen: list[bool] = []
-    original = entries_module._read_payloads
+    original = entries_module._payload_fields
 
-    def read_payloads(*args):  # type: ignore[no-untyped-def]
+    def payload_fields(*args):  # type: ignore[no-untyped-def]
         seen.append(gc.isenabled())
         return original(*args)
 
-    monkeypatch.setattr(entries_module, "_read_payloads", read_payloads)
+    monkeypatch.setattr(entries_module, "_payload_fields", payload_fields)
     assert [e.id for e in j.path("t")] == [e.id for e in written]
     assert seen and not any(seen)
     assert gc.isenabled()
@@ -371,6 +369,7 @@ _SHARED_ENTRY_BUILDER = EntryReader(EntryGraph(cj.Journal.memory().store.objects
 
 @given(st.lists(_SHAPED, min_size=1, max_size=4))
 def test_a_reused_constructor_accepts_and_refuses_as_pydantic_does(messages):
+    import json
 
     from pydantic import ValidationError
 
@@ -493,6 +492,7 @@ def test_an_entry_built_from_a_payload_is_the_validated_model(payloads):
     """Entries built without validation (a builder per payload shape, reused across
     examples) equal what pydantic builds from the same fields: same values, same set of
     fields set, same field order, and each owns its mutable values."""
+    import json
 
     from pydantic import ValidationError
 
@@ -529,57 +529,3 @@ def test_an_entry_built_from_a_payload_is_the_validated_model(payloads):
                 assert built.message.model_fields_set == expected.message.model_fields_set
                 assert repr(built.message) == repr(expected.message)
             assert built.metadata is not expected.metadata
-
-
-# -- payloads parsed together: the same values as each alone, or not at all ---------------
-
-_JSON_VALUES = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _TEXT),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_TEXT, inner, max_size=3)),
-    max_leaves=8,
-)
-_BODIES = st.one_of(
-    _PAYLOADS.map(canonical_json),
-    _JSON_VALUES.map(lambda value: json.dumps(value).encode()),
-    st.sampled_from([b"1,2", b'"p', b'q"', b"", b"{}", b'{"type":"custom"},{"type":"custom"}']),
-    st.binary(max_size=12),
-)
-
-
-@given(st.lists(_BODIES, max_size=6))
-def test_payloads_parsed_together_are_each_parsed_alone(bodies):
-    """``_parsed_together`` answers only when each body alone is a payload whose fields
-    are its value; the payloads a path read gets are then what parsing each alone gives,
-    and when it cannot answer, each is parsed alone (the bad one named)."""
-    values = entries_module._parsed_together(bodies)
-    oids = [f"{i:064x}" for i in range(len(bodies))]
-    alone: dict[str, object] = {}
-    for oid, body in zip(oids, bodies, strict=True):
-        try:
-            alone[oid] = (
-                entries_module._payload_text(oid, Kind.BLOB, body),
-                _payload_fields(oid, body),
-            )
-        except CorruptObject as exc:
-            alone[oid] = ("error", exc.oid)
-    if values is not None:
-        assert len(values) == len(bodies)
-        assert all(
-            alone[oid] == (body.decode(), value)
-            for oid, body, value in zip(oids, bodies, values, strict=True)
-        )
-    read: dict[str, object] = {}
-    try:
-        entries_module._read_payloads(list(oids), list(bodies), read)  # type: ignore[arg-type]
-    except CorruptObject as exc:
-        assert ("error", exc.oid) in alone.values()
-        return
-    assert read == alone
-
-
-def test_bodies_that_only_parse_glued_together_are_parsed_alone():
-    bodies = [b"1,2", b'"p', b'q"']  # as an array: [1,2,"p,q"], three elements
-    assert entries_module._parsed_together(bodies) is None
-    with pytest.raises(CorruptObject) as caught:
-        entries_module._read_payloads(["a" * 64, "b" * 64, "c" * 64], bodies, {})
-    assert caught.value.oid == "a" * 64
