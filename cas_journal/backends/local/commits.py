@@ -150,7 +150,7 @@ def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
     linked = change.linked
     change.missing = False
     if linked:
-        found = conn.executemany(FRESHEN_OBJECT, [(now, oid) for oid in linked]).rowcount
+        found = conn.executemany(FRESHEN_OBJECT, [(now, bytearray(oid)) for oid in linked]).rowcount
         if found != len(linked):
             change.missing = True
             return False
@@ -162,7 +162,14 @@ def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
     if swap is not None and not _compare_and_swap(conn, swap):
         return False
     if change.rows:
-        conn.executemany(INSERT_OBJECT, [(oid, now, frame) for oid, frame in change.rows])
+        # bytearray, not bytes (here and for ``linked``): sqlite3 binds a bytearray as it
+        # is but looks for an adapter (and fails, with an exception made and dropped) for
+        # every bytes value; the copy costs less. callgrind, instructions per single
+        # append 622.0k -> 607.7k, per batched entry 282.3k -> 274.1k
+        conn.executemany(
+            INSERT_OBJECT,
+            [(bytearray(oid), now, bytearray(frame)) for oid, frame in change.rows],
+        )
     if swap is not None and swap.log:
         conn.execute(_LOG, (swap.name, swap.old, swap.new, now, swap.reason))
     for update in change.index:
