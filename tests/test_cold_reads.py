@@ -85,6 +85,20 @@ def _reader() -> EntryReader:
 NODE = EntryNode(OID, "2026-01-02T03:04:05.000006Z", 1, "c" * 64, None, "turn")
 
 
+def _trusted(raw: str) -> dict[str, object]:
+    """The fields a read of ``NODE`` (entry ``"b" * 64`` of thread ``"t"``, payload
+    ``raw``) takes from the node and the stored bytes, not from the payload."""
+    return {
+        "id": "b" * 64,
+        "thread_id": "t",
+        "parent_id": "c" * 64,
+        "turn_id": "turn",
+        "created_at": "2026-01-02T03:04:05.000006Z",
+        "raw": raw,
+        "raw_hash": OID,
+    }
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -122,13 +136,7 @@ def test_a_built_entry_equals_the_validated_model():
             "metadata": {"k": "v"},
             "tokens_before": 7,
             "type": "user_message",
-            "id": "b" * 64,
-            "thread_id": "t",
-            "parent_id": "c" * 64,
-            "turn_id": "turn",
-            "created_at": "2026-01-02T03:04:05.000006Z",
-            "raw": raw,
-            "raw_hash": OID,
+            **_trusted(raw),
         }
     )
     assert built == expected
@@ -498,17 +506,8 @@ def test_an_entry_built_from_a_payload_is_the_validated_model(payloads):
 
     for payload in payloads:
         raw = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        trusted = {
-            "id": "b" * 64,
-            "thread_id": "t",
-            "parent_id": "c" * 64,
-            "turn_id": "turn",
-            "created_at": "2026-01-02T03:04:05.000006Z",
-            "raw": raw,
-            "raw_hash": OID,
-        }
         try:
-            expected = cj.Entry.model_validate({**json.loads(raw), **trusted})
+            expected = cj.Entry.model_validate({**json.loads(raw), **_trusted(raw)})
         except ValidationError:
             with pytest.raises(CorruptObject):
                 _SHARED_ENTRY_BUILDER.build("b" * 64, NODE, raw, "t")
