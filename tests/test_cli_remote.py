@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from click.testing import CliRunner
 from journal_helpers import at, user
@@ -95,3 +97,38 @@ def test_repair_replaces_a_damaged_copy(tmp_path):
     assert code == 0 and "1 damaged copies repaired" in out, out
     code, out, _ = run("--store", str(tmp_path / "b"), "fsck", "--json")
     assert code == 0 and json.loads(out)["ok"]
+
+
+FORMAT_2 = Path(__file__).resolve().parent.parent / "fixtures" / "format2" / "store"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file of a store with its bytes, except SQLite's own -wal and -shm (a reader
+    of a WAL database creates them)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(("-wal", "-shm"))
+    }
+
+
+def test_a_source_store_is_only_read(tmp_path):
+    # a store written by older code (format 2) would be upgraded by a writable open: the
+    # source of clone, push, sync and pull, and a plain fsck, leave it exactly as it is
+    source = tmp_path / "old"
+    shutil.copytree(FORMAT_2, source)
+    before = _files(source)
+    threads = {n for n in json.loads((FORMAT_2.parent / "expected.json").read_text())["threads"]}
+    assert run("clone", str(source), str(tmp_path / "b"))[0] == 0
+    assert run("--store", str(source), "push", str(tmp_path / "b"))[0] == 0
+    assert run("sync", str(source), str(tmp_path / "b"))[0] == 0
+    assert run("--store", str(tmp_path / "c"), "init")[0] == 0
+    assert run("--store", str(tmp_path / "c"), "pull", str(source))[0] == 0
+    code, out, _ = run("--store", str(source), "fsck")
+    assert code == 0 and "fsck: ok" in out
+    assert run("clone", str(tmp_path / "b"), str(source))[0] == 1  # exists: refused, as is
+    assert _files(source) == before
+    assert (source / "FORMAT").read_text() == "cas-journal 2\n"
+    for copy in ("b", "c"):
+        with cj.Journal.open(tmp_path / copy) as j:
+            assert {m.id for m in j.list_threads(include_archived=True)} == threads

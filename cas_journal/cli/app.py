@@ -346,11 +346,11 @@ def open_location(location: str, create: bool = False, read_only: bool = False) 
         resume_gc()
 
 
-def open_journal(location: str, create: bool = False) -> Journal:
+def open_journal(location: str, create: bool = False, read_only: bool = False) -> Journal:
     """A journal on the store at a path or URL (see ``open_location``)."""
     from ..journal import Journal
 
-    return Journal(open_location(location, create=create))
+    return Journal(open_location(location, create=create, read_only=read_only))
 
 
 pass_env = click.make_pass_decorator(Env)

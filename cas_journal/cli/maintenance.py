@@ -98,11 +98,11 @@ def fsck(ctx: click.Context, env: Env, quick: bool, replica: str | None, as_json
     from ..maintenance import fsck as run_fsck
     from .remote import open_location
 
-    source = open_location(replica) if replica else None
+    source = open_location(replica, read_only=True) if replica else None
     try:
         with ProgressBars() as progress:
             report = run_fsck(
-                env.journal().store,
+                env.journal(read_only=source is None).store,
                 quick=quick,
                 progress=progress,
                 repair_from=source.store if source else None,

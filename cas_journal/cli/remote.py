@@ -41,9 +41,11 @@ _repair_option = click.option(
 )
 
 
-def open_location(location: str, create: bool = False) -> Journal:
-    """A journal on a store path or URL; a missing store is an error unless ``create``."""
-    return open_journal(location, create=create)
+def open_location(location: str, create: bool = False, read_only: bool = False) -> Journal:
+    """A journal on a store path or URL; a missing store is an error unless ``create``.
+    ``read_only`` for a store the command only reads (a source): a local one is then
+    left exactly as it is, its format included (see ``app.open_location``)."""
+    return open_journal(location, create=create, read_only=read_only)
 
 
 def summary(report: SyncReport) -> str:
@@ -128,7 +130,7 @@ def _run(ctx: click.Context, src: Journal, dst: Journal, options: _Options) -> N
 @click.pass_context
 def sync_command(ctx: click.Context, source: str, destination: str, options: _Options) -> None:
     """Copy what DESTINATION lacks from SOURCE and update its refs (paths or s3:// URLs)."""
-    _run(ctx, open_location(source), open_location(destination), options)
+    _run(ctx, open_location(source, read_only=True), open_location(destination), options)
 
 
 @click.command()
@@ -138,7 +140,7 @@ def sync_command(ctx: click.Context, source: str, destination: str, options: _Op
 @click.pass_context
 def push(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
     """Sync this store into REMOTE."""
-    _run(ctx, env.journal(), open_location(remote), options)
+    _run(ctx, env.journal(read_only=True), open_location(remote), options)
 
 
 @click.command()
@@ -148,7 +150,7 @@ def push(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
 @click.pass_context
 def pull(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
     """Sync REMOTE into this store."""
-    _run(ctx, open_location(remote), env.journal(), options)
+    _run(ctx, open_location(remote, read_only=True), env.journal(), options)
 
 
 @click.command()
@@ -158,9 +160,9 @@ def pull(ctx: click.Context, env: Env, remote: str, options: _Options) -> None:
 @click.pass_context
 def clone(ctx: click.Context, source: str, destination: str, as_json: bool) -> None:
     """Create DESTINATION (a new store) holding everything in SOURCE."""
-    src = open_location(source)
+    src = open_location(source, read_only=True)
     try:
-        existing = open_location(destination)
+        existing = open_location(destination, read_only=True)
     except JournalError:
         existing = None  # no store there yet: the usual case
     if existing is not None:
