@@ -373,6 +373,50 @@ def test_a_third_load_is_an_exact_copy_without_reading_or_parsing(j, monkeypatch
     assert third[0] is not second[0] and third[1]["deep"] is not second[1]["deep"]
 
 
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=30,
+)
+
+
+def _containers(value: object) -> list[int]:
+    """The ids of every dict and list in ``value``."""
+    found: list[int] = []
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, dict):
+            found.append(id(current))
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            found.append(id(current))
+            pending.extend(current)
+    return found
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=12), _JSON_VALUES, max_size=5), max_size=6))
+def test_an_image_copy_is_exact_and_shares_no_container(messages):
+    from cas_journal.journal.chains import MessagesImage
+
+    image = MessagesImage(messages)
+    first, second = image.copy(), image.copy()
+    assert typed(first) == typed(second) == typed(messages)
+    assert [list(m) for m in first] == [list(m) for m in messages]  # key order kept
+    mine, theirs = _containers(first), _containers(second)
+    assert not set(mine) & (set(theirs) | set(_containers(messages)))
+    for message in first:  # a change to one copy is not seen by the next
+        message["changed"] = 1
+    assert typed(image.copy()) == typed(messages)
+
+
 def test_loads_of_deeply_nested_and_long_messages_stay_exact():
     j = cj.Journal.memory()
     deep: dict = {"leaf": "x" * 100}

@@ -45,15 +45,20 @@ read of the list; its snapshots are parsed from the stored bytes when a save fir
 them, and replaced by shared ones as the caller's messages match them), so it survives
 reopening the store.
 
-``MessagesImage`` keeps a loaded message list for fresh copies: its dicts and lists
-pickled (in memory only, never stored or read from anywhere), its strings of
-``SHARED_STRING`` characters or more kept aside once per distinct value and shared by
-every copy (strings are immutable; allocating and copying them was most of the cost).
-Unpickling gives back exactly the types and key order pickled.
+``MessagesImage`` keeps a loaded message list for fresh copies, in memory only (never
+stored or read from anywhere). A *template* unpickler that read the pickled list once
+holds a copy of each of its strings; the image is the list pickled once more with every
+string written as a reference to the template's copy and no container remembered. A
+copy is then the template's memo copied (one array copy in C, no call per string) and a
+tree of new dicts and lists around the shared strings (strings are immutable; allocating
+and copying them was most of the cost). Unpickling gives back exactly the types and key
+order pickled. Where an unpickler cannot take another's memo (checked once per process
+on a small list), each copy is a plain unpickling instead.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import pickle
@@ -643,49 +648,69 @@ def read_list(
     return messages, ChainMemo(None, parts, nodes, stops)
 
 
-SHARED_STRING = 8
-"""Strings at least this long are shared by the copies of a ``MessagesImage`` (shorter
-ones are cheaper to allocate than to fetch; measured: 8 beats 4, 16 and 64)."""
+def _template(whole: bytes) -> pickle.Unpickler:
+    """An unpickler that has read ``whole``: its memo holds each object of it at the
+    position the pickler gave it."""
+    template = pickle.Unpickler(io.BytesIO(whole))
+    template.load()
+    return template
 
 
-class _ImagePickler(pickle.Pickler):
-    def __init__(self, out: io.BytesIO, strings: list[str]) -> None:
-        super().__init__(out, protocol=5)
-        self.strings = strings
-        self.positions: dict[str, int] = {}
-
-    def persistent_id(self, obj: Any) -> int | None:
-        if type(obj) is not str or len(obj) < SHARED_STRING:
-            return None
-        position = self.positions.get(obj)  # equal strings share one copy
-        if position is None:
-            position = self.positions[obj] = len(self.strings)
-            self.strings.append(obj)
-        return position
-
-
-class _ImageUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, strings: list[str]) -> None:
-        super().__init__(io.BytesIO(data))
-        # the list's own __getitem__: a shared string per persistent id, no Python frame
-        self.persistent_load = strings.__getitem__  # type: ignore[method-assign]
+@functools.cache
+def _memo_copies() -> bool:
+    """Whether an unpickler takes a copy of another's memo (CPython's does), checked once
+    on a small list."""
+    probe = [{"key": "value", "list": ["text", 1, 2.5, True, None]}]
+    pickler = pickle.Pickler(io.BytesIO(), protocol=5)
+    pickler.dump(probe)
+    template = _template(pickle.dumps(probe, protocol=5))
+    out = io.BytesIO()
+    image = pickle.Pickler(out, protocol=5)
+    image.memo = {key: entry for key, entry in pickler.memo.copy().items() if type(entry[1]) is str}
+    image.fast = True
+    image.dump(probe)
+    unpickler = pickle.Unpickler(io.BytesIO(out.getvalue()))
+    try:
+        unpickler.memo = template.memo
+        copy = unpickler.load()
+    except (pickle.UnpicklingError, AttributeError, TypeError, KeyError, IndexError):
+        return False
+    return bool(copy == probe)
 
 
 class MessagesImage:
     """A message list kept in memory for fresh copies (see the module docstring)."""
 
-    __slots__ = ("data", "strings", "weight")
+    __slots__ = ("data", "template", "weight")
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         """Image ``messages`` (RecursionError if nested too deeply to pickle)."""
-        out = io.BytesIO()
-        self.strings: list[str] = []
-        _ImagePickler(out, self.strings).dump(messages)
-        self.data = out.getvalue()
-        self.weight = len(self.data) + sum(map(len, self.strings)) + 64 * len(self.strings)
+        whole = io.BytesIO()
+        pickler = pickle.Pickler(whole, protocol=5)
+        pickler.dump(messages)
+        self.template: pickle.Unpickler | None = None
+        self.data = whole.getvalue()
+        if _memo_copies():
+            # the template holds a copy of each string at the position the pickler gave
+            # it; the image writes each string as a reference to that position and no
+            # memo entry for a container, so a copy is a tree of new ones
+            self.template = _template(self.data)
+            strings = {
+                key: entry for key, entry in pickler.memo.copy().items() if type(entry[1]) is str
+            }
+            out = io.BytesIO()
+            pickler = pickle.Pickler(out, protocol=5)
+            pickler.memo = strings
+            pickler.fast = True
+            pickler.dump(messages)
+            self.data = out.getvalue()
+        self.weight = 2 * len(self.data) + len(whole.getbuffer())
         """Roughly the bytes the image holds."""
 
     def copy(self) -> list[dict[str, Any]]:
         """A fresh copy of the messages: new dicts and lists, shared strings."""
-        messages: list[dict[str, Any]] = _ImageUnpickler(self.data, self.strings).load()
+        unpickler = pickle.Unpickler(io.BytesIO(self.data))
+        if self.template is not None:
+            unpickler.memo = self.template.memo
+        messages: list[dict[str, Any]] = unpickler.load()
         return messages

@@ -20,8 +20,11 @@ when it holds the list asked for, else read the list once (one read and one JSON
 per segment) and remember it. A list loaded before in this process is not parsed a third
 time: the second load's messages are kept as a ``MessagesImage`` (see ``chains``) keyed
 by the list's object and length (an object never changes), in bounded memory; each load
-is a fresh copy the caller may change. (The first load only notes the key: a process that
-loads a run once, to restore it, does not pay for an image it never uses.)
+is a fresh copy the caller may change, made with the cyclic collector paused (thousands
+of new containers, no cycle among them; ``entries.collector_paused`` moves them to the
+oldest generation, so no young collection walks them). (The first load only notes the
+key: a process that loads a run once, to restore it, does not pay for an image it never
+uses.)
 Every change is one ``Store.commit``; a deleted run stays restorable from its reflog
 until gc expires it.
 """
@@ -185,12 +188,14 @@ class CheckpointStore:
         key = (target[0], node.message_count)
         image = self._loaded.get(key)
         if image is not None:
-            return image.copy()
+            with collector_paused():  # thousands of new containers, no cycles among them
+                return image.copy()
         messages = self._read(run_id, oid, node)
         if self._loaded_once.get(key) is None:
             self._loaded_once.put(key, True)
         else:
-            with contextlib.suppress(RecursionError):  # too deep: parsed again next time
+            # too deep to pickle: parsed again next time
+            with contextlib.suppress(RecursionError), collector_paused():
                 self._loaded.put(key, MessagesImage(messages))
         return messages
 
