@@ -417,6 +417,17 @@ def test_an_image_copy_is_exact_and_shares_no_container(messages):
     assert typed(image.copy()) == typed(messages)
 
 
+def test_image_copies_share_strings_not_containers():
+    from cas_journal.journal.chains import MessagesImage
+
+    text = "".join(["long text ", "of a message"])  # built at run time: not interned
+    image = MessagesImage([{"role": "user", "content": [{"type": "text", "text": text}]}])
+    first, second = image.copy(), image.copy()
+    assert first == second and first[0] is not second[0]
+    assert first[0]["content"] is not second[0]["content"]
+    assert first[0]["content"][0]["text"] is second[0]["content"][0]["text"]
+
+
 def test_loads_of_deeply_nested_and_long_messages_stay_exact():
     j = cj.Journal.memory()
     deep: dict = {"leaf": "x" * 100}

@@ -46,14 +46,15 @@ them, and replaced by shared ones as the caller's messages match them), so it su
 reopening the store.
 
 ``MessagesImage`` keeps a loaded message list for fresh copies, in memory only (never
-stored or read from anywhere). A *template* unpickler that read the pickled list once
-holds a copy of each of its strings; the image is the list pickled once more with every
-string written as a reference to the template's copy and no container remembered. A
-copy is then the template's memo copied (one array copy in C, no call per string) and a
-tree of new dicts and lists around the shared strings (strings are immutable; allocating
-and copying them was most of the cost). Unpickling gives back exactly the types and key
-order pickled. Where an unpickler cannot take another's memo (checked once per process
-on a small list), each copy is a plain unpickling instead.
+stored or read from anywhere). One walk of the list gives each distinct string a
+position; a *template* unpickler holds the strings at their positions in its memo, and
+the image is the list pickled with every string written as a reference to its position
+and no container remembered. A copy is then the template's memo copied (one array copy
+in C, no call per string) and a tree of new dicts and lists around the shared strings
+(strings are immutable; allocating and copying them was most of the cost). Unpickling
+gives back exactly the types and key order pickled. Where an unpickler cannot take
+another's memo (checked once per process on a small list), each copy is a plain
+unpickling instead.
 """
 
 from __future__ import annotations
@@ -648,12 +649,50 @@ def read_list(
     return messages, ChainMemo(None, parts, nodes, stops)
 
 
-def _template(whole: bytes) -> pickle.Unpickler:
-    """An unpickler that has read ``whole``: its memo holds each object of it at the
-    position the pickler gave it."""
-    template = pickle.Unpickler(io.BytesIO(whole))
+def _string_memo(messages: list[dict[str, Any]]) -> tuple[list[str], dict[int, tuple[int, Any]]]:
+    """The distinct strings of ``messages`` (keys and values, in the order met) and a
+    pickler memo naming every string object of the list by its value's position."""
+    positions: dict[str, int] = {}
+    memo: dict[int, tuple[int, Any]] = {}
+    pending: list[Any] = [messages]
+    pop, push, place = pending.pop, pending.append, positions.setdefault
+    while pending:
+        current = pop()
+        if type(current) is dict:
+            for key in current:
+                if type(key) is str and (ident := id(key)) not in memo:
+                    memo[ident] = (place(key, len(positions)), key)
+            values = current.values()
+        else:
+            values = current
+        for value in values:
+            kind = type(value)
+            if kind is str:
+                if (ident := id(value)) not in memo:
+                    memo[ident] = (place(value, len(positions)), value)
+            elif kind is dict or kind is list or kind is tuple:
+                push(value)
+    return list(positions), memo
+
+
+def _template(strings: list[str]) -> pickle.Unpickler:
+    """An unpickler whose memo holds a copy of ``strings`` at their positions: it read
+    them pickled as one tuple (a pickler memoizes a tuple's items in order, then the
+    tuple)."""
+    template = pickle.Unpickler(io.BytesIO(pickle.dumps(tuple(strings), protocol=5)))
     template.load()
     return template
+
+
+def _fast_image(messages: Any, memo: dict[int, tuple[int, Any]]) -> bytes:
+    """``messages`` pickled with every object of ``memo`` written as a reference to its
+    position and no memo entry for anything else (each container written in full)."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.memo = memo
+    pickler.fast = True
+    pickler.dump(messages)
+    return out.getvalue()
 
 
 @functools.cache
@@ -661,16 +700,10 @@ def _memo_copies() -> bool:
     """Whether an unpickler takes a copy of another's memo (CPython's does), checked once
     on a small list."""
     probe = [{"key": "value", "list": ["text", 1, 2.5, True, None]}]
-    pickler = pickle.Pickler(io.BytesIO(), protocol=5)
-    pickler.dump(probe)
-    template = _template(pickle.dumps(probe, protocol=5))
-    out = io.BytesIO()
-    image = pickle.Pickler(out, protocol=5)
-    image.memo = {key: entry for key, entry in pickler.memo.copy().items() if type(entry[1]) is str}
-    image.fast = True
-    image.dump(probe)
-    unpickler = pickle.Unpickler(io.BytesIO(out.getvalue()))
+    strings, memo = _string_memo(probe)
+    unpickler = pickle.Unpickler(io.BytesIO(_fast_image(probe, memo)))
     try:
+        template = _template(strings)
         unpickler.memo = template.memo
         copy = unpickler.load()
     except (pickle.UnpicklingError, AttributeError, TypeError, KeyError, IndexError):
@@ -685,26 +718,16 @@ class MessagesImage:
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         """Image ``messages`` (RecursionError if nested too deeply to pickle)."""
-        whole = io.BytesIO()
-        pickler = pickle.Pickler(whole, protocol=5)
-        pickler.dump(messages)
         self.template: pickle.Unpickler | None = None
-        self.data = whole.getvalue()
         if _memo_copies():
-            # the template holds a copy of each string at the position the pickler gave
-            # it; the image writes each string as a reference to that position and no
-            # memo entry for a container, so a copy is a tree of new ones
-            self.template = _template(self.data)
-            strings = {
-                key: entry for key, entry in pickler.memo.copy().items() if type(entry[1]) is str
-            }
-            out = io.BytesIO()
-            pickler = pickle.Pickler(out, protocol=5)
-            pickler.memo = strings
-            pickler.fast = True
-            pickler.dump(messages)
-            self.data = out.getvalue()
-        self.weight = 2 * len(self.data) + len(whole.getbuffer())
+            strings, memo = _string_memo(messages)
+            self.data = _fast_image(messages, memo)
+            self.template = _template(strings)
+            held = sum(map(len, strings)) + 64 * len(strings)
+        else:
+            self.data = pickle.dumps(messages, protocol=5)
+            held = 0
+        self.weight = len(self.data) + held
         """Roughly the bytes the image holds."""
 
     def copy(self) -> list[dict[str, Any]]:
