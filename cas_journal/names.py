@@ -34,6 +34,10 @@ _NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 def validate_id(value: object, what: str = "id", max_bytes: int = MAX_ID_BYTES) -> str:
     """Return value if it is a valid user id, else raise InvalidInputError (a ValueError)."""
+    # the common case, without encoding: an ASCII str has a byte a character (and
+    # ``isascii`` reads a flag every str has); the rest gives the errors
+    if type(value) is str and value.isascii() and 0 < len(value) <= max_bytes and "\0" not in value:
+        return value
     if not isinstance(value, str):
         raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
     if not value:

@@ -68,6 +68,31 @@ def test_invalid_thread_ids_are_value_errors(j, bad):
         j.checkpoints.save(cj.Checkpoint(run_id=bad))
 
 
+@given(st.text(max_size=12), st.integers(min_value=0, max_value=6))
+@settings(max_examples=300, deadline=None)
+def test_validate_id_accepts_exactly_the_rule(text, limit):
+    # the rule: a str, not empty, no NUL, at most ``limit`` UTF-8 bytes (ASCII ids take a
+    # shortcut that must agree with it, at the limit too)
+    from cas_journal.names import InvalidInputError, split_ref_name, validate_id
+
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = None
+    valid = size is not None and 0 < size <= limit and "\0" not in text
+    if valid:
+        assert validate_id(text, "id", limit) is text
+    else:
+        with pytest.raises(InvalidInputError):
+            validate_id(text, "id", limit)
+    ref_valid = size is not None and size > 0 and "\0" not in text
+    if ref_valid:
+        assert split_ref_name("ns/" + text) == ("ns", text)
+    else:
+        with pytest.raises(InvalidInputError):
+            split_ref_name("ns/" + text)
+
+
 def test_naive_datetimes_are_refused(j):
     from datetime import datetime
 
