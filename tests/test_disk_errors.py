@@ -46,7 +46,9 @@ _READS = ("SELECT", "PRAGMA", "BEGIN\b(?! IMMEDIATE)")
 class Faults:
     """Fail the Nth write-side call with the error a full or read-only disk gives: an
     OSError from a file-system call, or the sqlite3 error SQLite reports when a
-    statement of the store database cannot write (raised in place of running it)."""
+    statement of the store database cannot write (raised in place of running it, on the
+    connection or on a cursor of it; ``Connection.execute`` runs its statement without
+    calling the cursor's ``execute``, so no statement counts twice)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, code: int, nth: int) -> None:
         self.code, self.nth, self.calls, self.fired = code, nth, 0, False
@@ -54,6 +56,16 @@ class Faults:
             monkeypatch.setattr(os, name, self._wrap(name, getattr(os, name)))
         real_connect = sqlite3.connect
         faults = self
+
+        class FaultyCursor(sqlite3.Cursor):
+            # (the store's writes run their statements through a cursor it keeps)
+            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+                faults._statement(sql)
+                return super().execute(sql, *args)
+
+            def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+                faults._statement(sql)
+                return super().executemany(sql, *args)
 
         class FaultyConnection(sqlite3.Connection):
             def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
@@ -63,6 +75,9 @@ class Faults:
             def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
                 faults._statement(sql)
                 return super().executemany(sql, *args)
+
+            def cursor(self, factory: Any = FaultyCursor) -> Any:  # type: ignore[override]
+                return super().cursor(factory)
 
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
             return real_connect(*args, **kwargs, factory=FaultyConnection)

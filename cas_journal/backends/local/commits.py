@@ -130,53 +130,64 @@ class Change:
         self.caller = 0
 
 
-def _compare_and_swap(conn: sqlite3.Connection, swap: RefUpdate) -> bool:
+def _compare_and_swap(cursor: sqlite3.Cursor, swap: RefUpdate) -> bool:
     name, old, new = swap.name, swap.old, swap.new
     if old is None and new is None:
-        return conn.execute(_READ_REF, (name,)).fetchone() is None
+        return cursor.execute(_READ_REF, (name,)).fetchone() is None
     if old is None:
-        return conn.execute(_INSERT_REF, (name, new)).rowcount == 1
+        return cursor.execute(_INSERT_REF, (name, new)).rowcount == 1
     if new is None:
-        return conn.execute(_DELETE_REF, (name, old)).rowcount == 1
+        return cursor.execute(_DELETE_REF, (name, old)).rowcount == 1
     if old == new:
-        found = conn.execute(_READ_REF, (name,)).fetchone()
+        found = cursor.execute(_READ_REF, (name,)).fetchone()
         return found is not None and found[0] == old
-    return conn.execute(_UPDATE_REF, (new, name, old)).rowcount == 1
+    return cursor.execute(_UPDATE_REF, (new, name, old)).rowcount == 1
 
 
-def apply_change(conn: sqlite3.Connection, change: Change, now: int) -> bool:
-    """Apply one change inside the caller's write transaction; False if its swap lost,
-    an expected ref differs or a linked row is missing (then ``change.missing``)."""
+def apply_change(cursor: sqlite3.Cursor, change: Change, now: int) -> bool:
+    """Apply one change inside the caller's write transaction, through
+    ``cursor``; False if its swap lost, an expected ref differs or a linked row is missing
+    (then ``change.missing``). A single row is written with ``execute``, not
+    ``executemany``, which costs more for one row."""
     linked = change.linked
     change.missing = False
     if linked:
-        found = conn.executemany(FRESHEN_OBJECT, [(now, bytearray(oid)) for oid in linked]).rowcount
+        if len(linked) == 1:
+            found = cursor.execute(FRESHEN_OBJECT, (now, bytearray(linked[0]))).rowcount
+        else:
+            found = cursor.executemany(
+                FRESHEN_OBJECT, [(now, bytearray(oid)) for oid in linked]
+            ).rowcount
         if found != len(linked):
             change.missing = True
             return False
     for check in change.expect:
-        found = conn.execute(_READ_REF, (check.name,)).fetchone()
+        found = cursor.execute(_READ_REF, (check.name,)).fetchone()
         if (None if found is None else found[0]) != check.value:
             return False
     swap = change.swap
-    if swap is not None and not _compare_and_swap(conn, swap):
+    if swap is not None and not _compare_and_swap(cursor, swap):
         return False
-    if change.rows:
+    rows = change.rows
+    if rows:
         # bytearray, not bytes (here and for ``linked``): sqlite3 binds a bytearray as it
         # is but looks for an adapter (and fails, with an exception made and dropped) for
         # every bytes value; the copy costs less. callgrind, instructions per single
         # append 622.0k -> 607.7k, per batched entry 282.3k -> 274.1k
-        conn.executemany(
-            INSERT_OBJECT,
-            [(bytearray(oid), now, bytearray(frame)) for oid, frame in change.rows],
-        )
+        if len(rows) == 1:
+            oid, frame = rows[0]
+            cursor.execute(INSERT_OBJECT, (bytearray(oid), now, bytearray(frame)))
+        else:
+            cursor.executemany(
+                INSERT_OBJECT, [(bytearray(oid), now, bytearray(frame)) for oid, frame in rows]
+            )
     if swap is not None and swap.log:
-        conn.execute(_LOG, (swap.name, swap.old, swap.new, now, swap.reason))
+        cursor.execute(_LOG, (swap.name, swap.old, swap.new, now, swap.reason))
     for update in change.index:
         if update.value is None:
-            conn.execute(_REMOVE_INDEX, (update.name,))
+            cursor.execute(_REMOVE_INDEX, (update.name,))
         else:
-            conn.execute(_SET_INDEX, (update.name, update.value))
+            cursor.execute(_SET_INDEX, (update.name, update.value))
     return True
 
 
@@ -204,8 +215,11 @@ class Committer:
     def _reset(self) -> None:
         # a child forked while another thread led a group must not inherit held locks
         self._queue: list[Change] = []
-        self._state = threading.Condition(threading.Lock())
-        """Guards the queue and ``_leading``; notified when a leader finishes."""
+        self._lock = threading.Lock()
+        """Guards the queue and ``_leading`` (taken directly, not through the condition:
+        ``Condition.__enter__`` is a Python call around the same lock)."""
+        self._state = threading.Condition(self._lock)
+        """Notified when a leader finishes (its lock is ``_lock``)."""
         self._leading = False
         self._gathering = False
         self._served: frozenset[int] = frozenset()
@@ -222,9 +236,9 @@ class Committer:
 
     def submit(self, change: Change) -> bool:
         """Apply ``change`` (alone or with others queued meanwhile); return its result."""
-        state = self._state
+        lock = self._lock
         change.caller = caller = threading.get_ident()
-        with state:
+        with lock:
             queue = self._queue
             queue.append(change)
             if (
@@ -241,7 +255,7 @@ class Committer:
             group: list[Change] = []
             try:
                 with self._leader:
-                    with state:
+                    with lock:
                         group, self._queue = self._queue, []
                     started = time.monotonic()
                     try:
@@ -255,16 +269,16 @@ class Committer:
                             self._sole = caller  # (the group is this caller's change)
                             self._served = self._sole_set = frozenset((caller,))
             finally:
-                with state:
+                with lock:
                     self._leading = False
                     if self._queue or len(group) > 1:
-                        state.notify_all()
+                        self._state.notify_all()
         if change.error is not None:
             raise change.error
         return change.result
 
     def _wait_or_lead(self, change: Change) -> None:
-        """(Holding ``_state``, ``change`` queued.) Wait while another caller leads, until
+        """(Holding ``_lock``, ``change`` queued.) Wait while another caller leads, until
         ``change`` is applied or nobody leads; in the latter case become the leader
         (``_leading``), first gathering the callers of the previous transaction if it
         served others."""
@@ -280,7 +294,7 @@ class Committer:
                 self._gather()
 
     def _gather(self) -> None:
-        """Wait (holding ``_state``) until every caller of the previous transaction has
+        """Wait (holding ``_lock``) until every caller of the previous transaction has
         queued again, or for as long as that transaction took (at most GATHER_LIMIT)."""
         deadline = time.monotonic() + min(self._took, GATHER_LIMIT)
         self._gathering = True
@@ -313,11 +327,14 @@ class Committer:
             raise exc
 
     def _transaction(self, group: list[Change], what: str) -> None:
+        db = self.db
+
         def work(conn: sqlite3.Connection) -> list[bool]:
             now = now_micros()
+            cursor = db.cursor()  # (this thread's, as ``conn`` is)
             for change in group:
                 change.stamp = now
-            return [apply_change(conn, change, now) for change in group]
+            return [apply_change(cursor, change, now) for change in group]
 
         self.db.count_pages(sum(map(_pages, group)))
         results = self.db.write(work, what)

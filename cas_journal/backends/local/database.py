@@ -19,9 +19,10 @@ database that holds anything else (a trigger, a view, another table) is refused,
 hostile file cannot run code inside our transactions.
 
 Connections: one per thread (``check_same_thread`` is off only so ``close`` can close them
-all), opened lazily, never shared. ``durable=True`` sets ``synchronous=FULL`` (the WAL is
-synced at every commit), ``durable=False`` ``synchronous=NORMAL`` (a commit survives a
-killed process; the WAL is synced only at checkpoints). A child process made by ``fork``
+all), opened lazily, never shared; a write transaction runs its statements through one
+cursor kept with the connection (``cursor``). ``durable=True`` sets ``synchronous=FULL``
+(the WAL is synced at every commit), ``durable=False`` ``synchronous=NORMAL`` (a commit
+survives a killed process; the WAL is synced only at checkpoints). A child process made by ``fork``
 never touches its parent's connections (SQLite forbids it): they are kept referenced, so
 that the garbage collector never closes them, and the child opens its own.
 
@@ -390,7 +391,18 @@ class Database:
         if conn is None:
             conn = self._open()
             self._local.conn = conn
+            self._local.cursor = None
         return conn
+
+    def cursor(self) -> sqlite3.Cursor:
+        """This thread's cursor on its connection (made on first use). A write's
+        statements run through it: ``Connection.execute`` makes and drops a cursor at
+        every call, which costs a statement as much as binding its values."""
+        conn = self.connection()
+        cursor: sqlite3.Cursor | None = self._local.cursor
+        if cursor is None:
+            cursor = self._local.cursor = conn.cursor()
+        return cursor
 
     def _open(self) -> sqlite3.Connection:
         with database_errors(f"opening {self.path}", StoreFormatError):
@@ -442,7 +454,7 @@ class Database:
                 self._connections.remove(conn)
             self._files.pop(id(conn), None)
         if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
+            self._local.conn = self._local.cursor = None
         with contextlib.suppress(sqlite3.Error):
             conn.close()
 
@@ -533,20 +545,21 @@ class Database:
         so that sync makes this write durable too, and a crash before it loses both."""
         if self.read_only:
             raise StorageError(f"{what} failed: the store was opened read-only")
-        conn = self.connection()
+        cursor = self.cursor()
+        conn = cursor.connection
         relaxed = self.durable and not sync
         try:
             if relaxed:
                 conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
+            cursor.execute("BEGIN IMMEDIATE")
             try:
                 self._check_files(conn, what, after_commit=False)
                 result = work(conn)
-                conn.execute("COMMIT")
+                cursor.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):  # (closed by _check_files)
                     if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                        cursor.execute("ROLLBACK")  # (resets the cursor's statement too)
                 raise
             finally:
                 if relaxed:
