@@ -61,7 +61,10 @@ class ThreadSnapshot:
 
     def contains(self, entry_id: str) -> bool:
         """True if the entry is reachable from one of the thread's branch heads."""
-        return self._graph.contains(self.heads, entry_id, self.leaf)
+        leaf = self._head.state.leaf
+        if entry_id == leaf:  # (what the graph finds first: the leaf is tried first)
+            return self._graph.find(entry_id) is not None
+        return self._graph.contains(self._head.state.heads, entry_id, leaf)
 
     def _require(self, entry_id: str) -> str:
         if not self.contains(entry_id):

@@ -142,7 +142,7 @@ class ThreadBook:
         checked that ``target`` belongs to thread ``source_id``. ``source_state``: the
         source's state the caller checked it in, if it was not just read; the commit
         then also checks that the source still holds it (else SourceMoved)."""
-        if ForkPosition(position) is ForkPosition.BEFORE:
+        if position is not ForkPosition.AT and ForkPosition(position) is ForkPosition.BEFORE:
             if not target:
                 raise EntryNotFound(f"thread {source_id!r} has no entry to fork before")
             target = self.graph.node(target).parent
@@ -192,6 +192,9 @@ class ThreadBook:
         state_oid, body = self.states.write(state)
         if meta is None:
             meta = meta_from_state(state_oid, state)
+        elif meta.__pydantic_private__ is not None:
+            # (what ``meta._state_oid = state_oid`` does, without pydantic's __setattr__)
+            meta.__pydantic_private__["_state_oid"] = state_oid
         else:
             meta._state_oid = state_oid
         assert meta.created_at is not None

@@ -352,17 +352,20 @@ class ThreadStateNode(NamedTuple):
         return self.parents[0] if self.parents else None
 
     def body(self) -> bytes:
-        """Canonical JSON body of this state."""
-        fields = _compact(
-            {
-                "leaf": self.leaf,
-                "heads": sorted(self.heads),
-                "parents": list(self.parents),
-                "depth": self.depth,
-                "skip": self.skip,
-            }
-        )
-        fields["meta"] = self.meta
+        """Canonical JSON body of this state (the empty fields left out, as ``_compact``
+        leaves them out; ``meta`` always written)."""
+        fields: dict[str, Any] = {"meta": self.meta}
+        _, leaf, heads, parents, depth, skip = self
+        if leaf not in (None, ""):
+            fields["leaf"] = leaf
+        if heads:
+            fields["heads"] = sorted(heads)
+        if parents:
+            fields["parents"] = list(parents)
+        if depth not in (None, "", 0):
+            fields["depth"] = depth
+        if skip not in (None, ""):
+            fields["skip"] = skip
         return canonical_json(fields)
 
     def references(self) -> list[str]:
