@@ -16,6 +16,8 @@ LEASE_PREFIX = "leases/"
 CHECKPOINT_PREFIX = "checkpoints/"
 _INVERT = 10**19 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+"""(Made once: building a timedelta at every ``index_key`` costs more than the rest of it.)"""
 
 
 def thread_ref(thread_id: str) -> str:
@@ -30,7 +32,7 @@ def checkpoint_ref(run_id: str) -> str:
 
 def index_key(created_at: datetime, thread_id: str) -> str:
     """The listing ref of a thread: newest created_at first, then id ascending."""
-    micros = (created_at - _EPOCH) // timedelta(microseconds=1)
+    micros = (created_at - _EPOCH) // _MICROSECOND
     return f"{INDEX_PREFIX}{_INVERT - micros:020d}/{thread_id}"
 
 
