@@ -398,10 +398,9 @@ class Database:
         """This thread's cursor on its connection (made on first use). A write's
         statements run through it: ``Connection.execute`` makes and drops a cursor at
         every call, which costs a statement as much as binding its values."""
-        conn = self.connection()
-        cursor: sqlite3.Cursor | None = self._local.cursor
-        if cursor is None:
-            cursor = self._local.cursor = conn.cursor()
+        cursor: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
+        if cursor is None:  # (set only beside the connection it belongs to, see ``_drop``)
+            cursor = self._local.cursor = self.connection().cursor()
         return cursor
 
     def _open(self) -> sqlite3.Connection:
