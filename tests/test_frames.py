@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from cas_journal.errors import CorruptObject
 from cas_journal.objects import Kind, ObjectCodec, object_id
-from cas_journal.objects.codec import RAW_FRAME_LIMIT, bounded_decompress, raw_frame
+from cas_journal.objects.codec import (
+    RAW_FRAME_LIMIT,
+    bounded_decompress,
+    hash_hex,
+    parse_canonical,
+    raw_frame,
+)
 
 kinds = st.sampled_from(list(Kind))
 
@@ -45,3 +51,57 @@ def test_raw_frames_at_the_content_size_boundaries(size):
 def test_a_raw_frame_holds_at_most_what_its_size_field_can_say():
     with pytest.raises(ValueError):
         raw_frame(bytes(65_792))
+
+
+def _zstd_reading(frame: bytes, limit: int) -> bytes | None:
+    """What zstd itself reads from ``frame`` under ``bounded_decompress``'s rules (None:
+    refused)."""
+    try:
+        declared = zstandard.frame_content_size(frame)
+        if declared < 0 or declared > limit:
+            return None
+        data = zstandard.ZstdDecompressor().decompress(
+            frame, max_output_size=max(declared, 1), allow_extra_data=False
+        )
+    except zstandard.ZstdError:
+        return None
+    return data if len(data) == declared else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.binary(max_size=RAW_FRAME_LIMIT + 8),
+    edit=st.sampled_from(["none", "byte", "cut", "extend"]),
+    where=st.integers(min_value=0),
+    value=st.integers(min_value=0, max_value=255),
+    slack=st.integers(min_value=-2, max_value=2),
+)
+def test_raw_frames_read_without_zstd_read_as_zstd_reads_them(data, edit, where, value, slack):
+    # bounded_decompress takes a frame that is exactly raw_frame(its content) apart
+    # itself; any frame, damaged or not, must read as zstd reads it (or be refused)
+    frame = bytearray(raw_frame(data))
+    if edit == "byte":
+        frame[where % len(frame)] = value
+    elif edit == "cut":
+        del frame[where % len(frame) :]
+    elif edit == "extend":
+        frame.append(value)
+    frame_bytes = bytes(frame)
+    limit = max(len(data) + slack, 0)
+    expected = _zstd_reading(frame_bytes, limit)
+    if expected is None:
+        with pytest.raises(CorruptObject):
+            bounded_decompress(frame_bytes, limit)
+    else:
+        assert bounded_decompress(frame_bytes, limit) == expected
+
+
+def test_a_header_met_before_still_has_its_length_checked():
+    # parse_canonical remembers headers it has checked; a later object with the same
+    # header and another body length is refused all the same
+    body = b"x" * 40
+    good = b"blob 40\0" + body
+    assert parse_canonical(hash_hex(good), good) == (Kind.BLOB, body)
+    for bad in (good + b"y", good[:-1]):
+        with pytest.raises(CorruptObject, match="length does not match"):
+            parse_canonical(hash_hex(bad), bad)
