@@ -268,6 +268,67 @@ def test_a_cached_path_weighs_what_its_entries_weigh(tmp_path):
     assert reader._entries.weight == sum(map(entry_weight, path))
 
 
+def _fork_tree(tmp_path) -> list[str]:
+    """A base thread, a fork of it, a fork of that fork and a fork at the root; each
+    fork gets entries of its own. Returns the thread ids."""
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    j.create_thread(cj.ThreadMeta(id="base"))
+    base = [user(j, "base", f"base {i}", now=at(i)) for i in range(20)]
+    j.fork("base", base[11].id, new_thread_id="a", now=at(30))
+    own = [user(j, "a", f"a {i}", now=at(31 + i)) for i in range(5)]
+    j.fork("a", own[2].id, new_thread_id="b", now=at(40))
+    user(j, "b", "b 0", now=at(41))
+    j.fork("base", base[0].id, new_thread_id="c", now=at(50))
+    j.close()
+    return ["base", "a", "b", "c"]
+
+
+def test_a_fork_s_path_read_after_its_source_s_is_the_path_read_alone(tmp_path):
+    threads = _fork_tree(tmp_path)
+    alone = {}
+    for thread in threads:  # each in a journal of its own: no other path cached
+        j = cj.Journal.open(tmp_path / "store", durable=False)
+        alone[thread] = j.path(thread)
+        j.close()
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    reader = j._reader
+    shared_from = reader._shared_path
+    found: list[int] = []
+
+    def counted(entry: cj.Entry) -> tuple[cj.Entry, ...] | None:
+        shared = shared_from(entry)
+        found.append(0 if shared is None else len(shared))
+        return shared
+
+    reader._shared_path = counted  # type: ignore[method-assign]
+    for thread in threads:  # in turn: a fork's history comes from its source's path
+        path = j.path(thread)
+        assert path == alone[thread]
+        assert {entry.thread_id for entry in path} == {thread}
+        cached = reader._paths.get((thread, path[-1].id))
+        assert cached is not None and cached.weight == sum(map(entry_weight, path))
+    assert found == [12, 15, 1]  # a from base, b from a (12 + 3), c from base
+    assert reader._last_leaf == {thread: alone[thread][-1].id for thread in threads}
+    # a source's copies are not the fork's: each thread's entries are its own objects
+    ids = {thread: {id(entry) for entry in j.path(thread)[:1]} for thread in threads}
+    assert len(set().union(*ids.values())) == len(threads)
+
+
+def test_a_fork_s_path_is_walked_when_its_source_s_path_is_no_longer_cached(tmp_path):
+    _fork_tree(tmp_path)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    expected = j.path("a")
+    j.close()
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    reader = j._reader
+    j.path("base")
+    reader._paths.clear()  # the source's path is gone; its entries are still cached
+    assert j.path("a") == expected
+    reader._paths.clear()
+    reader._last_leaf["base"] = "0" * 64  # a leaf the cache never held
+    assert j.path("a") == expected
+
+
 # -- row windows -----------------------------------------------------------------------------
 
 

@@ -5,7 +5,10 @@ is built once per stored node and copied with another thread id for each thread 
 shares it (forks share their history). Paths are
 cached per (thread, leaf); reading the path of a leaf whose ancestor's path is cached
 only loads the entries below that ancestor, so a thread that is appended to and read
-back does not walk its whole history each time. A cached path holds the very Entry
+back does not walk its whole history each time. Likewise a fork's walk stops at the
+first entry it shares with a thread whose last cached path holds that very entry (at
+the index of its depth): the history above is that path's start, copied with the
+fork's thread id in one pass instead of walked entry by entry. A cached path holds the very Entry
 objects the entry cache holds (no copies); it is weighed by the estimated bytes of all
 its entries, so the entries kept alive by both caches together stay under
 ``ENTRY_CACHE_BYTES + PATH_CACHE_BYTES`` (an entry shared by several paths is counted
@@ -35,6 +38,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from ..errors import CorruptObject
@@ -62,6 +67,7 @@ _ENTRY = Constructor(Entry)
 _SEEN_AS = _ENTRY.field_copier("thread_id")
 """An entry as seen from another thread (a copy with that thread's id)."""
 _PAYLOAD_FIELD_SET = frozenset(PAYLOAD_FIELDS)
+_raw_of = attrgetter("raw")
 _from_iso = datetime.fromisoformat
 """A node's ``created_at`` was checked canonical when the node was parsed (or written):
 it only needs turning into the aware UTC datetime it names."""
@@ -180,6 +186,10 @@ class EntryReader:
         self._paths: BoundedCache[tuple[str, str], _CachedPath] = BoundedCache(
             PATH_CACHE_SIZE, weigh=lambda path: path.weight, max_weight=PATH_CACHE_BYTES
         )
+        self._last_leaf: dict[str, str] = {}
+        """The leaf of each thread's path cached last (at most ``PATH_CACHE_SIZE``
+        threads, the oldest forgotten first): where a fork's read finds its shared
+        history (``_shared_path``)."""
 
     def raw_payload(self, oid: str) -> str:
         """The raw JSON text of a payload blob."""
@@ -259,6 +269,14 @@ class EntryReader:
                 prefix = known
                 break
             entry = entries_get(current)
+            if entry is not None and entry.thread_id != thread_id:
+                shared = self._shared_path(entry)
+                if shared is not None:  # the rest of the history, as another thread read it
+                    prefix = _CachedPath(
+                        tuple(map(_SEEN_AS, shared, repeat(thread_id, len(shared)))),
+                        2 * sum(map(len, map(_raw_of, shared))) + ENTRY_OVERHEAD * len(shared),
+                    )
+                    break
             oids.append(current)
             found.append(entry)
             if entry is not None:
@@ -273,7 +291,26 @@ class EntryReader:
         full = prefix.entries + tuple(below)
         if weight <= PATH_CACHE_BYTES:
             self._paths.put((thread_id, leaf), _CachedPath(full, weight))
+            last = self._last_leaf
+            last.pop(thread_id, None)  # newest last: the oldest go first
+            last[thread_id] = leaf
+            if len(last) > PATH_CACHE_SIZE:
+                last.pop(next(iter(last)), None)
         return list(full)
+
+    def _shared_path(self, entry: Entry) -> tuple[Entry, ...] | None:
+        """The path from the root to ``entry`` as its thread's last cached path holds it
+        (the very ``entry`` at the index of its depth: the history above it is then the
+        path's start), or None if no cached path holds it so."""
+        leaf = self._last_leaf.get(entry.thread_id)
+        stored = self.graph.cached_node(entry.id)
+        if leaf is None or stored is None:
+            return None
+        path = self._paths.get((entry.thread_id, leaf))
+        depth = stored.depth
+        if path is None or depth >= len(path.entries) or path.entries[depth] is not entry:
+            return None
+        return path.entries[: depth + 1]
 
     def _entries_of(
         self,

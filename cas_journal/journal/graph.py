@@ -41,6 +41,10 @@ class EntryGraph:
             node = self._cache.put(oid, EntryNode.parse(body, oid))
         return node
 
+    def cached_node(self, oid: str) -> EntryNode | None:
+        """The node of ``oid`` if it is cached (read or stored lately), else None."""
+        return self._cached(oid)
+
     def remember(self, oid: str, node: EntryNode) -> None:
         """Cache the node of an entry that was just stored."""
         self._cache.put(oid, node)
