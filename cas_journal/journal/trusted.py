@@ -35,7 +35,45 @@ instances it builds, at most (beyond that, each instance gets its own set)."""
 _set = object.__setattr__
 _NOTHING: dict[str, Any] = {}
 """No trusted fields (never changed)."""
+_INSTANCE_SLOTS = (
+    "__dict__",
+    "__pydantic_fields_set__",
+    "__pydantic_extra__",
+    "__pydantic_private__",
+)
+"""What a model instance holds besides its class, set in this order on a new instance."""
 Convert = Callable[[Any], Any]
+Setter = Callable[[Any, Any], None]
+
+
+def _setattr_of(name: str) -> Setter:
+    """``object.__setattr__`` of ``name`` as a function of ``(instance, value)``."""
+
+    def set_attribute(instance: Any, value: Any) -> None:
+        _set(instance, name, value)
+
+    return set_attribute
+
+
+def _slot_setters(model: type) -> tuple[Setter, Setter, Setter, Setter]:
+    """The ``__set__`` of the descriptors that ``object.__setattr__`` uses for each of
+    ``_INSTANCE_SLOTS`` on instances of ``model`` (found in its MRO as it finds them):
+    called directly, a set costs 40% fewer instructions than ``object.__setattr__``,
+    which unpacks its arguments from a tuple and checks the call first (callgrind; an
+    instance is made for every entry and message of a path read). Falls back to
+    ``object.__setattr__`` for a name whose descriptor is not a plain slot or dict one."""
+    setters: list[Setter] = []
+    for name in _INSTANCE_SLOTS:
+        descriptor = next(
+            (klass.__dict__[name] for klass in model.__mro__ if name in klass.__dict__), None
+        )
+        if isinstance(descriptor, types.MemberDescriptorType | types.GetSetDescriptorType):
+            setters.append(descriptor.__set__)
+        else:  # (pydantic models have them all)
+            setters.append(_setattr_of(name))
+    return setters[0], setters[1], setters[2], setters[3]
+
+
 Builder = Callable[[dict[str, Any], dict[str, Any]], Any]
 """``build(data, trusted)``: a model from data of one shape (see ``Constructor``)."""
 
@@ -207,6 +245,8 @@ class Constructor(Generic[M]):
         self._field_sets: dict[tuple[str, ...], set[str]] | None = (
             {} if self._direct and model.model_config.get("frozen") else None
         )
+        self._setters = _slot_setters(model)
+        """How a new instance's ``_INSTANCE_SLOTS`` are set (``_slot_setters``)."""
         self._shapes: dict[tuple[Any, ...], Builder] = {}
         """How a direct build is done for data of one shape (``_shape_builder``), by shape."""
         # what a direct build starts from (model_construct fills in defaults itself):
@@ -290,6 +330,7 @@ class Constructor(Generic[M]):
         new = model_type.__new__
         private = self._private
         converting = tuple(converts)
+        set_dict, set_fields_set, set_extra, set_private = self._setters
 
         def build(data: dict[str, Any], trusted: dict[str, Any]) -> Any:
             fields = defaults | data  # the operators: no argument parsing, as update has
@@ -299,10 +340,10 @@ class Constructor(Generic[M]):
                 fields[name] = factory()  # type: ignore[call-arg]
             fields |= trusted
             model = new(model_type)
-            _set(model, "__dict__", fields)
-            _set(model, "__pydantic_fields_set__", set(names) if shared is None else shared)
-            _set(model, "__pydantic_extra__", None)
-            _set(model, "__pydantic_private__", None if private is None else dict(private))
+            set_dict(model, fields)
+            set_fields_set(model, set(names) if shared is None else shared)
+            set_extra(model, None)
+            set_private(model, None if private is None else dict(private))
             return model
 
         if len(self._shapes) < SHARED_FIELD_SETS:
@@ -387,6 +428,7 @@ class Constructor(Generic[M]):
         model_type = self.model
         new = model_type.__new__
         added = {name}
+        set_dict, set_fields_set, set_extra, set_private = self._setters
 
         def copy_with(model: M, value: Any) -> M:
             fields = model.__dict__.copy()
@@ -395,10 +437,10 @@ class Constructor(Generic[M]):
             if name not in fields_set:
                 fields_set = fields_set | added
             copy = new(model_type)
-            _set(copy, "__dict__", fields)
-            _set(copy, "__pydantic_fields_set__", fields_set)
-            _set(copy, "__pydantic_extra__", None)
-            _set(copy, "__pydantic_private__", None)
+            set_dict(copy, fields)
+            set_fields_set(copy, fields_set)
+            set_extra(copy, None)
+            set_private(copy, None)
             return copy
 
         return copy_with
