@@ -14,6 +14,7 @@ from journal_helpers import at, user
 
 import cas_journal as cj
 from cas_journal import maintenance
+from cas_journal.backends.local import objects as objects_module
 from cas_journal.errors import CorruptObject
 from cas_journal.journal import entries as entries_module
 from cas_journal.journal.cache import BoundedCache
@@ -347,6 +348,25 @@ def test_a_path_s_payloads_come_from_the_row_windows_its_walk_read(tmp_path):
     j.store.objects.db.connection().set_trace_callback(statements.append)
     assert j.path("t") == written
     assert not [sql for sql in statements if " IN (" in sql]  # no second read of any row
+
+
+def test_a_walk_s_row_windows_read_no_row_twice(tmp_path):
+    written = _unpacked(tmp_path, 300)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    objects = j.store.objects
+    plain_rows = objects.db.rows
+    windows: list[list[object]] = []
+
+    def rows(sql, *args, **kwargs):
+        found = plain_rows(sql, *args, **kwargs)
+        if sql == objects_module._READ_ROW_WINDOW:
+            windows.append([row[2] for row in found])
+        return found
+
+    objects.db.rows = rows  # type: ignore[method-assign]
+    assert j.path("t") == written
+    numbers = [number for window in windows for number in window]
+    assert len(windows) > 2 and len(numbers) == len(set(numbers))
 
 
 def test_row_windows_stay_within_their_byte_bound(tmp_path, monkeypatch):

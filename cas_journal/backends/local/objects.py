@@ -85,8 +85,12 @@ _ROWS_PER_QUERY = 500
 _READ_ROW_WINDOW = (
     "SELECT oid, CASE WHEN oid = ?2 OR length(frame) <= ?3 THEN substr(frame, 1, ?1) END, rowid "
     "FROM objects WHERE rowid BETWEEN (SELECT rowid FROM objects WHERE oid = ?2) - ?4 "
-    "AND (SELECT rowid FROM objects WHERE oid = ?2) + ?5"
+    "AND (SELECT rowid FROM objects WHERE oid = ?2) + ?5 "
+    "AND (rowid NOT BETWEEN ?6 AND ?7 OR oid = ?2)"
 )
+"""The rows around one (``ROWS_BEFORE``, ``ROWS_AFTER``) but those of the last window
+(rowids ``?6`` to ``?7``: read already, so kept or handed out since), the row itself
+always."""
 _READ_ROW_NUMBERED = "SELECT substr(frame, 1, ?), rowid FROM objects WHERE oid = ?"
 ROWS_BEFORE, ROWS_AFTER = 96, 8
 """Rows written just before (and after) a row that ``get_with_neighbours`` reads with it,
@@ -174,6 +178,9 @@ class LocalObjectStore(ObjectStore):
         ``WINDOW_BYTES`` in all."""
         self._window_bytes = 0
         self._last_row: int | None = None
+        self._window_rows: tuple[int, int] = (0, -1)
+        """The first and last rowid the last row window read (none at first): the next
+        window leaves them out (a chain walked back reads overlapping windows)."""
         self._rows_close = False
         """Whether the last two rows asked for lay close together (the next read is
         then a window)."""
@@ -790,8 +797,12 @@ class LocalObjectStore(ObjectStore):
         found: bytes | None = None
         number: object = None
         if self._rows_close:
-            params = (limit + 1, raw, NEIGHBOUR_FRAME_BYTES, ROWS_BEFORE, ROWS_AFTER)
+            low, high = self._window_rows
+            params = (limit + 1, raw, NEIGHBOUR_FRAME_BYTES, ROWS_BEFORE, ROWS_AFTER, low, high)
             rows = self.db.rows(_READ_ROW_WINDOW, params, "reading objects", CorruptObject)
+            numbers = [rowid for _, _, rowid in rows if isinstance(rowid, int)]
+            if numbers:
+                self._window_rows = (min(numbers), max(numbers))
             with self._window_lock:
                 window = self._window
                 kept = self._window_bytes
