@@ -609,3 +609,12 @@ def test_an_entry_built_from_a_payload_is_the_validated_model(payloads):
                 assert built.message.model_fields_set == expected.message.model_fields_set
                 assert repr(built.message) == repr(expected.message)
             assert built.metadata is not expected.metadata
+
+
+def test_the_leaves_kept_for_forks_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(entries_module, "PATH_CACHE_SIZE", 2)
+    threads = _fork_tree(tmp_path)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    for thread in threads:
+        j.path(thread)
+    assert list(j._reader._last_leaf) == threads[-2:]  # the newest, the oldest forgotten

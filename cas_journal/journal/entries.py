@@ -35,7 +35,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
@@ -295,7 +295,9 @@ class EntryReader:
             last.pop(thread_id, None)  # newest last: the oldest go first
             last[thread_id] = leaf
             if len(last) > PATH_CACHE_SIZE:
-                last.pop(next(iter(last)), None)
+                # another thread may change it meanwhile: then one goes next time
+                with suppress(RuntimeError, StopIteration):
+                    last.pop(next(iter(last)), None)
         return list(full)
 
     def _shared_path(self, entry: Entry) -> tuple[Entry, ...] | None:
