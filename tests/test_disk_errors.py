@@ -57,26 +57,22 @@ class Faults:
         real_connect = sqlite3.connect
         faults = self
 
-        class FaultyCursor(sqlite3.Cursor):
-            # (the store's writes run their statements through a cursor it keeps)
-            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
-                faults._statement(sql)
-                return super().execute(sql, *args)
+        class Faulty:
+            """Statements that may fail, on a connection or on a cursor of it."""
 
-            def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
                 faults._statement(sql)
-                return super().executemany(sql, *args)
+                return super().execute(sql, *args)  # type: ignore[misc, no-any-return]
 
-        class FaultyConnection(sqlite3.Connection):
-            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+            def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
                 faults._statement(sql)
-                return super().execute(sql, *args)
+                return super().executemany(sql, *args)  # type: ignore[misc, no-any-return]
 
-            def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
-                faults._statement(sql)
-                return super().executemany(sql, *args)
+        class FaultyCursor(Faulty, sqlite3.Cursor):  # type: ignore[misc]
+            """(the store's writes run their statements through a cursor it keeps)"""
 
-            def cursor(self, factory: Any = FaultyCursor) -> Any:  # type: ignore[override]
+        class FaultyConnection(Faulty, sqlite3.Connection):
+            def cursor(self, factory: Any = FaultyCursor) -> Any:
                 return super().cursor(factory)
 
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
