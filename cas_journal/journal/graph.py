@@ -77,6 +77,8 @@ class EntryGraph:
         target = self.find(oid)
         if target is None:
             return False
+        if oid == leaf:  # the leaf is its own ancestor: no walk
+            return True
         ordered = ([leaf] if leaf else []) + [h for h in heads if h != leaf]
         for head in ordered:
             node = self.node(head)

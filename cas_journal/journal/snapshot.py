@@ -61,10 +61,8 @@ class ThreadSnapshot:
 
     def contains(self, entry_id: str) -> bool:
         """True if the entry is reachable from one of the thread's branch heads."""
-        leaf = self._head.state.leaf
-        if entry_id == leaf:  # (what the graph finds first: the leaf is tried first)
-            return self._graph.find(entry_id) is not None
-        return self._graph.contains(self._head.state.heads, entry_id, leaf)
+        state = self._head.state
+        return self._graph.contains(state.heads, entry_id, state.leaf)
 
     def _require(self, entry_id: str) -> str:
         if not self.contains(entry_id):

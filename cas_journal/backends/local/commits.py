@@ -144,20 +144,22 @@ def _compare_and_swap(cursor: sqlite3.Cursor, swap: RefUpdate) -> bool:
     return cursor.execute(_UPDATE_REF, (new, name, old)).rowcount == 1
 
 
+def _each(cursor: sqlite3.Cursor, statement: str, params: list[tuple[object, ...]]) -> int:
+    """Run ``statement`` once per parameter tuple; the rows it changed. One tuple goes
+    through ``execute``: ``executemany`` costs more for a single row."""
+    if len(params) == 1:
+        return cursor.execute(statement, params[0]).rowcount
+    return cursor.executemany(statement, params).rowcount
+
+
 def apply_change(cursor: sqlite3.Cursor, change: Change, now: int) -> bool:
     """Apply one change inside the caller's write transaction, through
     ``cursor``; False if its swap lost, an expected ref differs or a linked row is missing
-    (then ``change.missing``). A single row is written with ``execute``, not
-    ``executemany``, which costs more for one row."""
+    (then ``change.missing``)."""
     linked = change.linked
     change.missing = False
     if linked:
-        if len(linked) == 1:
-            found = cursor.execute(FRESHEN_OBJECT, (now, bytearray(linked[0]))).rowcount
-        else:
-            found = cursor.executemany(
-                FRESHEN_OBJECT, [(now, bytearray(oid)) for oid in linked]
-            ).rowcount
+        found = _each(cursor, FRESHEN_OBJECT, [(now, bytearray(oid)) for oid in linked])
         if found != len(linked):
             change.missing = True
             return False
@@ -174,13 +176,9 @@ def apply_change(cursor: sqlite3.Cursor, change: Change, now: int) -> bool:
         # is but looks for an adapter (and fails, with an exception made and dropped) for
         # every bytes value; the copy costs less. callgrind, instructions per single
         # append 622.0k -> 607.7k, per batched entry 282.3k -> 274.1k
-        if len(rows) == 1:
-            oid, frame = rows[0]
-            cursor.execute(INSERT_OBJECT, (bytearray(oid), now, bytearray(frame)))
-        else:
-            cursor.executemany(
-                INSERT_OBJECT, [(bytearray(oid), now, bytearray(frame)) for oid, frame in rows]
-            )
+        _each(
+            cursor, INSERT_OBJECT, [(bytearray(oid), now, bytearray(frame)) for oid, frame in rows]
+        )
     if swap is not None and swap.log:
         cursor.execute(_LOG, (swap.name, swap.old, swap.new, now, swap.reason))
     for update in change.index:
