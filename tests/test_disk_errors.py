@@ -11,7 +11,9 @@ succeeds once space returns. A real tiny tmpfs is used too where mounting is all
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc as collector
 import os
 import re
 import shutil
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 import cas_journal as cj
+from cas_journal.backends.local.commits import Change
 from cas_journal.maintenance import fsck, gc, pack, sync
 
 
@@ -94,9 +97,12 @@ class Faults:
             return
         code, name, message = _SQLITE_ERRORS[self.code]
         error = sqlite3.OperationalError(message)
-        error.sqlite_errorcode = code  # type: ignore[attr-defined]
-        error.sqlite_errorname = name  # type: ignore[attr-defined]
-        raise error
+        error.sqlite_errorcode = code
+        error.sqlite_errorname = name
+        try:
+            raise error
+        finally:  # (the error's traceback holds this frame: no cycle through ``error``)
+            del error
 
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -147,6 +153,17 @@ def _operation(name: str, j: cj.Journal, mirror: Path) -> None:
 OPERATIONS = ["append", "batch", "checkpoint", "fork", "create-store", "pack", "gc", "sync"]
 
 
+def _open_files_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process holds open (Linux: /proc/self/fd)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor is gone)
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{directory}/"):
+                found.append(target)
+    return found
+
+
 def _points(limit: int) -> Iterator[int]:
     """Every call up to 40, then every 7th (CI time): operations make up to ~300 calls."""
     yield from range(1, 40)
@@ -168,6 +185,7 @@ def test_a_failing_write_at_every_point(
     ids, messages = _seed(template)
     unexpected: list[str] = []
     failures = 0
+    held: list[BaseException] = []
     for nth in _points(400):
         work = tmp_path / f"n{nth}"
         shutil.copytree(template, work / "s")
@@ -179,9 +197,12 @@ def test_a_failing_write_at_every_point(
             except (cj.StorageError, cj.AppendCommittedError) as exc:
                 failures += 1
                 assert "failed" in str(exc) or "committed" in str(exc), str(exc)
+                held.append(exc)  # a caller may keep the error (and its traceback's frames)
             except Exception as exc:
                 unexpected.append(f"fault at call {nth}: {type(exc).__name__}: {exc}")
         j.close()
+        assert _open_files_under(work) == [], nth  # closed means closed, error kept or not
+        held.clear()
         with cj.Journal.open(work / "s", durable=True) as again:
             report = fsck(again.store)
             assert report.ok, (nth, report.problems)
@@ -232,4 +253,30 @@ def test_a_real_full_disk(tmp_path: Path) -> None:
             j.append(_msg("after"))  # space is back: writes work
             assert fsck(j.store).ok
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        unmounted = subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+    assert unmounted.returncode == 0, unmounted.stderr  # the store holds no file open
+
+
+def test_a_failed_commit_holds_nothing_once_its_error_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error of a failed commit does not keep, in a reference cycle through its own
+    traceback, the pending change and the frames that hold the store's connection: once
+    the caller drops the error, they go at once, not at the collector's next pass."""
+    with cj.Journal.open(tmp_path / "s", durable=True) as j:
+        j.create_thread(cj.ThreadMeta(id="t"))
+    failed = False
+    collector.collect()
+    collector.disable()
+    try:
+        with monkeypatch.context() as patch:
+            Faults(patch, errno.ENOSPC, 1)  # the append's BEGIN IMMEDIATE fails
+            with cj.Journal.open(tmp_path / "s", durable=True) as j:
+                try:
+                    j.append(_msg("no room"))
+                except cj.StorageError:
+                    failed = True
+                assert [o for o in collector.get_objects() if type(o) is Change] == []
+    finally:
+        collector.enable()
+    assert failed

@@ -271,8 +271,15 @@ class Committer:
                     self._leading = False
                     if self._queue or len(group) > 1:
                         self._state.notify_all()
-        if change.error is not None:
-            raise change.error
+        error = change.error
+        if error is not None:
+            # the error's traceback holds the frames that hold ``change``: break the
+            # cycle, or the connection those frames hold stays open until a collection
+            change.error = None
+            try:
+                raise error
+            finally:
+                del error
         return change.result
 
     def _wait_or_lead(self, change: Change) -> None:

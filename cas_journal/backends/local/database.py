@@ -20,7 +20,10 @@ hostile file cannot run code inside our transactions.
 
 Connections: one per thread (``check_same_thread`` is off only so ``close`` can close them
 all), opened lazily, never shared; a write transaction runs its statements through one
-cursor kept with the connection (``cursor``). ``durable=True`` sets ``synchronous=FULL``
+cursor kept with the connection (``cursor``); ``close`` closes that cursor before its
+connection, as SQLite keeps a connection's files open until its last statement is
+finalized (a caller that keeps the error of a failed write keeps the cursor through the
+traceback's frames). ``durable=True`` sets ``synchronous=FULL``
 (the WAL is synced at every commit), ``durable=False`` ``synchronous=NORMAL`` (a commit
 survives a killed process; the WAL is synced only at checkpoints). A child process made by ``fork``
 never touches its parent's connections (SQLite forbids it): they are kept referenced, so
@@ -341,6 +344,8 @@ class Database:
         self._connections: list[sqlite3.Connection] = []
         self._files: dict[int, FileIds] = {}
         """The WAL and WAL-index files each connection (by ``id``) opened."""
+        self._cursors: dict[int, sqlite3.Cursor] = {}
+        """The kept cursor of each connection (by ``id``) that made one (``cursor``)."""
         self._guard = threading.Lock()
         self._writes = 0
         """Write transactions so far."""
@@ -400,7 +405,10 @@ class Database:
         every call, which costs a statement as much as binding its values."""
         cursor: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
         if cursor is None:  # (set only beside the connection it belongs to, see ``_drop``)
-            cursor = self._local.cursor = self.connection().cursor()
+            conn = self.connection()
+            cursor = self._local.cursor = conn.cursor()
+            with self._guard:
+                self._cursors[id(conn)] = cursor
         return cursor
 
     def _open(self) -> sqlite3.Connection:
@@ -452,16 +460,17 @@ class Database:
             with contextlib.suppress(ValueError):
                 self._connections.remove(conn)
             self._files.pop(id(conn), None)
+            cursor = self._cursors.pop(id(conn), None)
         if getattr(self._local, "conn", None) is conn:
             self._local.conn = self._local.cursor = None
-        with contextlib.suppress(sqlite3.Error):
-            conn.close()
+        _close(conn, cursor)
 
     def _forget_connections(self) -> None:
         """After fork, in the child: abandon the parent's connections (never close them)."""
         with contextlib.suppress(Exception):
             _INHERITED.extend(self._connections)
         self._connections = []
+        self._cursors = {}
         self._local = threading.local()
         self._guard = threading.Lock()
         self.checkpointer = Checkpointer(self.path, self.durable)  # the thread stayed behind
@@ -474,13 +483,13 @@ class Database:
         with self._guard:
             connections, self._connections = self._connections, []
             files, self._files = self._files, {}
+            cursors, self._cursors = self._cursors, {}
         now = self.file_ids()
         for conn in connections:
             opened = files.get(id(conn))
             if opened is not None and opened != now:
                 self._rescue(conn, opened, now)
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+            _close(conn, cursors.get(id(conn)))
         self._local = threading.local()
 
     # -- statements -----------------------------------------------------------------------
@@ -574,6 +583,18 @@ class Database:
             self._pages = 0
             self.checkpointer.request()
         return result
+
+
+def _close(conn: sqlite3.Connection, cursor: sqlite3.Cursor | None) -> None:
+    """Close ``conn`` and its kept cursor. The cursor first: SQLite keeps a connection
+    (and its open files) until its last statement is finalized, and a cursor holds its
+    statement for as long as anything holds the cursor (a traceback of a failed write,
+    kept by the caller, holds it through the frames it passed)."""
+    if cursor is not None:
+        with contextlib.suppress(sqlite3.Error):
+            cursor.close()
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
 
 
 def connect(path: Path, durable: bool, read_only: bool = False) -> sqlite3.Connection:

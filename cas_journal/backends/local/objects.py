@@ -399,7 +399,7 @@ class LocalObjectStore(ObjectStore):
         rows = [(raw, frame) for raw, frame in self.rows_of(objects)]
         now = now_micros()
         self.db.write(
-            lambda conn: conn.executemany(
+            lambda conn: self.db.cursor().executemany(
                 "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) ON CONFLICT (oid) "
                 "DO UPDATE SET frame = excluded.frame, written = max(excluded.written, "
                 "objects.written + 1)",
@@ -413,7 +413,7 @@ class LocalObjectStore(ObjectStore):
         """Delete the rows of objects that are now packed (``pack``), in one transaction."""
         raws = [(bytes.fromhex(oid),) for oid in oids]
         self.db.write(
-            lambda conn: conn.executemany("DELETE FROM objects WHERE oid = ?", raws),
+            lambda conn: self.db.cursor().executemany("DELETE FROM objects WHERE oid = ?", raws),
             "removing packed objects",
             CorruptObject,
         )
@@ -434,7 +434,7 @@ class LocalObjectStore(ObjectStore):
             rows.append((bytes.fromhex(oid), when * 10**6, self.codec.compress(kind, body)))
         if rows:
             self.db.write(
-                lambda conn: conn.executemany(
+                lambda conn: self.db.cursor().executemany(
                     "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
                     "ON CONFLICT (oid) DO NOTHING",
                     rows,
@@ -950,7 +950,7 @@ class LocalObjectStore(ObjectStore):
             return
         raw = bytes.fromhex(oid)
         self.db.write(
-            lambda conn: conn.execute("DELETE FROM objects WHERE oid = ?", (raw,)),
+            lambda conn: self.db.cursor().execute("DELETE FROM objects WHERE oid = ?", (raw,)),
             "deleting an object",
             CorruptObject,
         )
