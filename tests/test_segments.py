@@ -322,6 +322,48 @@ def test_small_segments_are_merged_so_a_load_reads_few_segments_each_once(tmp_pa
             assert j.checkpoints.load("r", checkpoint.iteration).messages == messages[:count]
 
 
+def test_a_packed_load_brings_in_only_the_segments_of_its_list(tmp_path):
+    from cas_journal.maintenance import pack
+
+    messages: list[dict] = []
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        j.checkpoints.segments = True
+        for i in range(40):  # merges at saves 16 and 32: small segments packed beside them
+            messages = [*messages, {"role": "user", "content": f"{i}"}, {"n": i}]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        pack(j.store)
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        wanted = {oid for oid in _segment_oids(j, head_node(j).segment)}
+        brought: list[str] = []
+        objects = j.store.objects
+        original_get, original_nearby = objects.get, objects.get_with_neighbours
+
+        def get(oid: str) -> tuple[Kind, bytes]:
+            brought.append(oid)
+            return original_get(oid)
+
+        def get_with_neighbours(oid: str) -> list[tuple[str, Kind, bytes]]:
+            found = original_nearby(oid)
+            brought.extend(other for other, _, _ in found)
+            return found
+
+        objects.get = get  # type: ignore[method-assign]
+        objects.get_with_neighbours = get_with_neighbours  # type: ignore[method-assign]
+        assert j.checkpoints.load("r").messages == messages
+        segments = [oid for oid in brought if original_get(oid)[0] is Kind.SEGMENT]
+        # each segment of the list once (2 merged, the 8 saved since): none of the 32
+        # small ones the merged ones repeat, packed beside them
+        assert sorted(segments) == sorted(wanted) and len(wanted) == 10
+
+
+def _segment_oids(j: cj.Journal, oid: str | None) -> list[str]:
+    out = []
+    while oid is not None:
+        out.append(oid)
+        oid = segment(j, oid).base
+    return out
+
+
 def test_a_run_saved_before_merging_merges_only_its_last_small_segments(monkeypatch):
     j = segmented()
     monkeypatch.setattr(chains, "MERGE_SEGMENTS", 10**9)  # as code before merging saved
