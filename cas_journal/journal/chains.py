@@ -431,11 +431,14 @@ def encode_save(
     return EncodedSave(memo, objects, target, reused)
 
 
-MERGE_BYTES = 32 * 1024
+MERGE_BYTES = 64 * 1024
 """When the small segments at the end of a chain and a save's new messages reach this
 many bytes, or ``MERGE_SEGMENTS`` segments, the save writes them as one segment on the
 list before them (a segment is *small* below half this size and ``MERGE_SEGMENTS``
-messages, so a merged one is never merged again)."""
+messages, so a merged one is never merged again). 64 KiB rather than 32: the checkpoint
+benchmark's newest list is 30 segments instead of 55, which a new process loads in 5.8%
+fewer instructions from rows and 3.2% fewer packed (callgrind), for 0.9% more
+instructions over its 250 saves and a packed store 1% smaller."""
 MERGE_SEGMENTS = 16
 """Small segments at the end of a chain that make a save merge them (see ``MERGE_BYTES``)."""
 
