@@ -205,6 +205,22 @@ def test_an_unpacked_chain_is_read_a_window_of_rows_at_a_time(tmp_path):
     assert len(reads) < len(written) // 10  # rows near each other come together
 
 
+def test_an_unpacked_path_takes_what_row_windows_read_without_asking_the_store_again(tmp_path):
+    written = _unpacked_thread(tmp_path, count=300)
+    j = cj.Journal.open(tmp_path / "store", durable=False)
+    store = j.store.objects
+    asked: list[str] = []
+    original = store.get_with_neighbours
+
+    def counting(oid: str) -> list[tuple[str, Kind, bytes]]:
+        asked.append(oid)
+        return original(oid)
+
+    store.get_with_neighbours = counting  # type: ignore[method-assign]
+    assert j.path("t") == written
+    assert len(asked) < len(written) // 10  # one per window, not one per node
+
+
 def test_scattered_rows_are_read_one_at_a_time_and_windows_hold_only_what_was_asked(tmp_path):
     written = _unpacked_thread(tmp_path, count=300)
     j = cj.Journal.open(tmp_path / "store", durable=False)

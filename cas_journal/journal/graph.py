@@ -28,13 +28,17 @@ class EntryGraph:
         self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
         self._cached = self._cache.get
         self._take = self.nearby.take
+        self._if_read = objects.get_if_read
 
     def node(self, oid: str) -> EntryNode:
         """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent.
-        (Runs once per entry of a path read: a kept neighbour is taken directly.)"""
+        (Runs once per entry of a path read: a kept neighbour is taken directly, else
+        one the store's last read brought (a row window), else it is read.)"""
         node = self._cached(oid)
         if node is None:
             found = self._take(oid, None)
+            if found is None:
+                found = self._if_read(oid)
             kind, body = found if found is not None else self.nearby.get(oid)
             if kind is not Kind.ENTRY:
                 raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")

@@ -97,14 +97,17 @@ class NearbyObjects:
 
     def get_many(self, oids: Iterable[str]) -> Iterator[tuple[str, Kind, bytes]]:
         """``(oid, kind, body)`` of each of ``oids`` (in the given order as far as they
-        are kept or packed together), each verified. Once the store answers one object
-        without neighbours (it is not packed), the rest go through the store's own
-        ``get_many``, which batches them."""
+        are kept or packed together), each verified: a kept neighbour, else what the
+        store's own last reads brought (``get_if_read``), else read. Once the store
+        answers one object without neighbours (it is not packed), the rest go through
+        the store's own ``get_many``, which batches them."""
         rest: list[str] = []
         alone = False
-        take = self.take
+        take, if_read = self.take, self.objects.get_if_read
         for oid in dict.fromkeys(oids):
             found = take(oid, None)
+            if found is None:  # what the store's own last reads brought (a row window)
+                found = if_read(oid)
             if found is not None:
                 yield oid, found[0], found[1]
             elif alone:
