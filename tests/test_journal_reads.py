@@ -499,3 +499,27 @@ def test_constructor_copies_of_a_mutable_model_own_their_field_sets():
     assert copy.model_fields_set == original.model_fields_set == {"text", "tag"}
     copier = build.field_copier("text")(original, "c")  # the general copy for such models
     assert copier.text == "c" and copier.model_fields_set is not original.model_fields_set
+
+
+# -- payloads of a path read ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "reason"),
+    [
+        (Kind.BLOB, b'{"type":"custom","raw":"\xff"}', "not UTF-8"),
+        (Kind.ENTRY, b'{"type":"custom"}', "not a blob"),
+        (Kind.BLOB, b'{"type":"custom"', "malformed"),
+    ],
+)
+def test_a_path_whose_payload_is_damaged_is_a_clear_error_naming_it(kind, body, reason):
+    from cas_journal.journal.entries import EntryReader
+    from cas_journal.journal.graph import EntryGraph
+
+    objects = MemoryStore().objects
+    payload = objects.put(kind, body)
+    root = objects.put(Kind.ENTRY, EntryNode(payload, "2026-01-01T00:00:00.000000Z").body())
+    reader = EntryReader(EntryGraph(objects))
+    with pytest.raises(CorruptObject, match=reason) as caught:
+        reader.path("t", root)
+    assert caught.value.oid == payload
