@@ -7,9 +7,10 @@ dict (parsed JSON) directly: it checks each present field's Python type against 
 derived once from the model's annotations (str, int, bool, enums, optional nested models,
 lists of str, str-to-str maps, an exact str for a union with str, plain after-validators
 run as pydantic runs them), converts enums and nested models, and fills in defaults.
-What a build does depends only on the data's *shape* (its field names and the type of
-each value), so a builder is made once per shape and reused: it sets the fields in
-field order (as pydantic lays them out), converts only the fields that need it and sets
+What a build does depends mostly on the data's *shape* (its field names and the trusted
+ones), so a builder is made once per shape and reused: it sets the fields in field order
+(as pydantic lays them out), converts the fields whose plan is more than a type check,
+converts a str, bool or int field only if its value is not exactly of that type, and sets
 up the instance, with nothing looked up per instance that the shape already fixed.
 A field whose annotation it has no plan for is validated by pydantic (a TypeAdapter), so
 nothing unknown slips through unchecked. Any mismatch is a ValueError; callers turn it
@@ -121,7 +122,7 @@ def _optional_model(constructor: Constructor[Any]) -> Convert:
         if value is None:
             return None
         if type(value) is dict:  # ``with_fields`` inline for a shape seen before
-            build = shapes.get((*value, *map(type, value.values())))
+            build = shapes.get((*value, 0))
             if build is not None:
                 return build(value, _NOTHING)
         return with_fields(value, _NOTHING)
@@ -305,21 +306,26 @@ class Constructor(Generic[M]):
         self, data: dict[str, Any], trusted: dict[str, Any], shape: tuple[Any, ...]
     ) -> Builder:
         """The builder of every data of the same shape as ``data`` (and ``trusted``): its
-        field names in order, the trusted names, the type of each value. It copies the
-        defaults, sets the fields, converts those not of their field's exact type, calls
-        the factories of the missing fields and sets up the instance (sharing one set of
+        field names in order and the trusted names (``with_fields``). It copies the
+        defaults, sets the fields, converts those whose field is not a plain str, bool or
+        int and those of such a field whose value is not exactly of its type, calls the
+        factories of the missing fields and sets up the instance (sharing one set of
         fields set, for a frozen model), with everything that does not depend on the
         values looked up once. ValueError for a field the model lacks. The first
         ``SHARED_FIELD_SETS`` shapes are kept."""
         plans = self.plans if self.plans is not None else self._plans()
         exact = self._exact.get
         converts: list[tuple[str, Convert]] = []
-        for name, value in data.items():
-            if exact(name) is not type(value):
-                plan = plans.get(name)
-                if plan is None:
-                    raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+        checks: list[tuple[str, type, Convert]] = []
+        for name in data:
+            plan = plans.get(name)
+            if plan is None:
+                raise ValueError(f"unknown field {name!r} of {self.model.__name__}")
+            kind = exact(name)
+            if kind is None:
                 converts.append((name, plan))
+            else:  # taken as it is when exactly of its type (most are)
+                checks.append((name, kind, plan))
         factories = tuple(
             (name, factory) for name, factory in self._factories.items() if name not in data
         )
@@ -330,12 +336,17 @@ class Constructor(Generic[M]):
         new = model_type.__new__
         private = self._private
         converting = tuple(converts)
+        checking = tuple(checks)
         set_dict, set_fields_set, set_extra, set_private = self._setters
 
         def build(data: dict[str, Any], trusted: dict[str, Any]) -> Any:
             fields = defaults | data  # the operators: no argument parsing, as update has
             for name, convert in converting:
                 fields[name] = convert(fields[name])
+            for name, kind, convert in checking:
+                value = fields[name]
+                if type(value) is not kind:
+                    fields[name] = convert(value)
             for name, factory in factories:
                 fields[name] = factory()  # type: ignore[call-arg]
             fields |= trusted
@@ -469,7 +480,7 @@ class Constructor(Generic[M]):
             fields = self._fields(data)
             fields.update(trusted)
             return self._build(fields, self._fields_set((*data, *trusted)))
-        shape = (*data, *trusted, *map(type, data.values()))
+        shape = (*data, *trusted, len(trusted))  # (the count tells where trusted begin)
         build = self._shapes.get(shape)
         if build is None:
             build = self._shape_builder(data, trusted, shape)
