@@ -265,9 +265,32 @@ def test_a_commit_is_one_transaction(tmp_path):
     body = statements[statements.index("BEGIN IMMEDIATE") : statements.index("COMMIT")]
     assert any("INSERT INTO refs" in s and "threads/t" in s for s in body)
     assert any("INSERT INTO refs" in s and "threadindex/1/t" in s for s in body)
-    assert sum("INSERT INTO objects" in s for s in body) == 2
+    inserts = [s.lower() for s in body if "INSERT INTO objects" in s]
+    assert len(inserts) == 1  # both rows in one statement
+    assert all(inserts[0].count(f"x'{obj.oid}'") == 1 for obj in objects)
     assert any("INSERT INTO reflog" in s for s in body)
     assert not any(s.lstrip().startswith("SELECT") for s in body)  # no probe, no second read
+
+
+@pytest.mark.parametrize("count", [1, 3, 8, 9, 64, 65, 150])
+def test_a_commit_writes_every_row_whatever_the_statements_that_hold_them(tmp_path, count):
+    from cas_journal.backends import RefUpdate, new_object
+
+    store = LocalStore(tmp_path / "s", durable=False)
+    old = new_object(Kind.BLOB, b"stored before")
+    store.objects.store_new([old])
+    before = store.objects.row_time(old.oid)
+    objects = [new_object(Kind.BLOB, b"row %d" % k + bytes(k * 20)) for k in range(count)]
+    # an object listed twice and one stored already: upserted in order, as rows one by one
+    listed = [*objects, objects[0], old]
+    assert store.commit(listed, RefUpdate("threads/t", None, objects[-1].oid, "create"))
+    assert all(store.objects.get(obj.oid) == (obj.kind, obj.body) for obj in listed)
+    times = {obj.oid: store.objects.row_time(obj.oid) for obj in listed}
+    assert before is not None and times[old.oid] > before
+    written = times[objects[-1].oid] if count > 1 else times[objects[0].oid] - 1
+    assert all(times[obj.oid] == written for obj in objects[1:])
+    assert times[objects[0].oid] == written + 1  # its second row raised the time
+    assert store.db.rows("SELECT count(*) FROM objects") == [(count + 1,)]
 
 
 @pytest.mark.parametrize("durable", [True, False])

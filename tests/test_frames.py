@@ -30,6 +30,11 @@ def test_every_frame_is_a_zstd_frame_that_decodes_to_the_object(kind, body):
     assert zstandard.frame_content_size(frame) == len(data)
     assert codec.decode(object_id(kind, body), frame) == (kind, body)
     assert codec.frames([(kind, body), (kind, body)]) == [frame, frame]
+    oid = object_id(kind, body)
+    rows = codec.rows([(oid, kind, body), (oid, kind, body)])
+    assert rows == [(bytes.fromhex(oid), frame)] * 2
+    assert all(type(raw) is bytearray and type(got) is bytearray for raw, got in rows)
+    assert rows[0][1] is not rows[1][1]  # a frame of its own for every row
     if len(data) <= RAW_FRAME_LIMIT:
         assert frame.endswith(data)  # the raw block: the canonical form as it is
 

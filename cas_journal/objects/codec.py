@@ -229,6 +229,8 @@ def raw_frame_header(size: int) -> bytes:
 _RAW_HEADERS = [raw_frame_header(size) for size in range(RAW_FRAME_LIMIT + 1)]
 """``raw_frame_header`` of every size a stored raw frame has (made once: one per object
 stored)."""
+_RAW_HEADER_ARRAYS = [bytearray(header) for header in _RAW_HEADERS]
+"""The same as bytearrays (``header + data`` is then a bytearray, see ``ObjectCodec.rows``)."""
 _RAW_HEADER_LENGTH = len(_RAW_HEADERS[0])
 """Bytes before the content in a raw frame of fewer than 256 bytes (one more from 256 on)."""
 
@@ -346,6 +348,31 @@ class ObjectCodec(NamedTuple):
                 if compress is None:
                     compress = _compressor().compress
                 append(compress(data))
+        return out
+
+    def rows(self, objects: Iterable[tuple[str, Kind, bytes]]) -> list[tuple[bytearray, bytearray]]:
+        """``(raw oid, frame)`` of many ``(oid, kind, body)`` (sizes checked first), the
+        frames as ``frames`` makes them: what a commit writes as object rows. Both are
+        bytearrays, which ``sqlite3`` binds as they are (it looks for an adapter for every
+        bytes value first, and fails)."""
+        limit = self.max_object_size
+        tags, headers, raw_limit = _TAGS, _RAW_HEADER_ARRAYS, RAW_FRAME_LIMIT
+        fromhex = bytearray.fromhex
+        compress = None
+        out: list[tuple[bytearray, bytearray]] = []
+        append = out.append
+        for oid, kind, body in objects:
+            size = len(body)
+            if size > limit:
+                self.check_size(body)
+            data = tags[kind] + b"%d\0" % size + body
+            length = len(data)
+            if length <= raw_limit:
+                append((fromhex(oid), headers[length] + data))  # (a new bytearray)
+            else:
+                if compress is None:
+                    compress = _compressor().compress
+                append((fromhex(oid), bytearray(compress(data))))
         return out
 
     def decode(self, oid: str, frame: bytes) -> tuple[Kind, bytes]:

@@ -553,15 +553,19 @@ class Database:
         so that sync makes this write durable too, and a crash before it loses both."""
         if self.read_only:
             raise StorageError(f"{what} failed: the store was opened read-only")
-        cursor = self.cursor()
+        cursor: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self.cursor()
         conn = cursor.connection
+        opened = self._files.get(id(conn))
         relaxed = self.durable and not sync
         try:
             if relaxed:
                 conn.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("BEGIN IMMEDIATE")
             try:
-                self._check_files(conn, what, after_commit=False)
+                if opened is None or self.current_file_ids() != opened:
+                    self._check_files(conn, what, after_commit=False)
                 result = work(conn)
                 cursor.execute("COMMIT")
             except BaseException:
@@ -575,7 +579,8 @@ class Database:
                         conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
             raise translate_error(exc, what, damaged) from exc
-        self._check_files(conn, what, after_commit=True)
+        if opened is None or self.current_file_ids() != opened:
+            self._check_files(conn, what, after_commit=True)
         self._writes += 1
         if self.checkpointer.finish_wanted:
             self.checkpointer.finish(conn)

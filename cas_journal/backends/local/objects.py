@@ -620,10 +620,9 @@ class LocalObjectStore(ObjectStore):
             oids_new = [oid for oid, _, _ in new]
         else:
             oids_new = oids
-        rows = [
-            (bytes.fromhex(oid), self.codec.compress(kind, body))
-            for oid, (kind, body) in zip(oids_new, items, strict=True)
-        ]
+        rows = self.codec.rows(
+            (oid, kind, body) for oid, (kind, body) in zip(oids_new, items, strict=True)
+        )
         if rows:
             self.committer.submit(Change(rows=rows, what="writing objects"))
         return oids
@@ -647,25 +646,27 @@ class LocalObjectStore(ObjectStore):
         if objects:
             self.committer.submit(Change(rows=self.rows_of(objects), what="writing objects"))
 
-    def rows_of(self, objects: Sequence[NewObject]) -> list[tuple[bytes, bytes]]:
-        """``(raw oid, frame)`` rows for objects (sizes checked first)."""
-        frames = self.codec.frames([(obj.kind, obj.body) for obj in objects])
-        fromhex = bytes.fromhex
-        return [(fromhex(obj.oid), frame) for obj, frame in zip(objects, frames, strict=True)]
+    def rows_of(self, objects: Sequence[NewObject]) -> list[tuple[bytearray, bytearray]]:
+        """``(raw oid, frame)`` rows for objects (sizes checked first; bytearrays, see
+        ``ObjectCodec.rows``)."""
+        return self.codec.rows(objects)
 
-    def linked_rows(self, oids: Sequence[str]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    def linked_rows(
+        self, oids: Sequence[str]
+    ) -> tuple[list[tuple[bytearray, bytearray]], list[bytes]]:
         """What a commit that links stored objects it did not write does with them: for
         each one found in a pack, a row copy the commit writes (as ``freshen`` would);
         the others by raw oid, whose rows the commit freshens (and finds missing if they
         are not there). ``oids`` are valid and each listed once."""
-        copies: list[tuple[bytes, bytes]] = []
+        copies: list[tuple[bytearray, bytearray]] = []
         rows: list[bytes] = []
         for oid in oids:
             located = self._locate(oid) if self._packs else None
             if located is None:
                 rows.append(bytes.fromhex(oid))
                 continue
-            copies.append(self._row_copy(oid, *located))
+            raw, frame = self._row_copy(oid, *located)
+            copies.append((bytearray(raw), bytearray(frame)))
         return copies, rows
 
     def _row_copy(self, oid: str, pack: LocalPack, position: int) -> tuple[bytes, bytes]:
@@ -704,7 +705,8 @@ class LocalObjectStore(ObjectStore):
             raw, frame = self._row_copy(oid, *located)
             copies[raw] = frame
         if copies:
-            self.committer.submit(Change(rows=list(copies.items()), what="freshening objects"))
+            rows = [(bytearray(raw), bytearray(frame)) for raw, frame in copies.items()]
+            self.committer.submit(Change(rows=rows, what="freshening objects"))
         return missing
 
     def object_time(self, oid: str) -> int | None:

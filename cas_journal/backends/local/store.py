@@ -69,6 +69,9 @@ from .refs import LocalRefStore
 if TYPE_CHECKING:
     from .copies import LocalStoredCopies
 
+KNOWN_REF_NAMES = 4096
+"""Valid ref names a store remembers (``LocalStore._check_name``); more start it over."""
+
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "cas-journal"
 FORMAT_VERSION = 3
@@ -302,6 +305,8 @@ class LocalStore(Store):
         )
         self.refs: LocalRefStore = LocalRefStore(self.db, self.committer)
         self._stored_copies: LocalStoredCopies | None = None
+        self._ref_names: set[str] = set()
+        """Ref names ``commit`` validated (at most ``KNOWN_REF_NAMES``, see ``_check_name``)."""
 
     @property
     def stored_copies(self) -> LocalStoredCopies:
@@ -335,13 +340,22 @@ class LocalStore(Store):
         was collected), nothing is written: ``freshen`` then copies what is in a pack
         into rows and the commit is tried again; LinkedObjectsMissing if an object is
         stored nowhere."""
-        split_ref_name(swap.name)
-        check_ref_value(swap.new)
+        known = self._ref_names
+        if swap.name not in known:
+            self._check_name(swap.name)
+        new = swap.new
+        # a short printable ASCII value is a valid one (else check_ref_value says why not)
+        if new is not None and not (
+            type(new) is str and new.isascii() and new.isprintable() and 0 < len(new) < 256
+        ):
+            check_ref_value(new)
         for update in index:
-            split_ref_name(update.name)
+            if update.name not in known:
+                self._check_name(update.name)
             check_ref_value(update.value)
         for check in expect:
-            split_ref_name(check.name)
+            if check.name not in known:
+                self._check_name(check.name)
         rows = self.objects.rows_of(objects)
         what = f"updating {swap.name!r}"
         if not linked:
@@ -361,6 +375,16 @@ class LocalStore(Store):
                 raise LinkedObjectsMissing(list(missing))
             copies, expected = [], [bytes.fromhex(oid) for oid in wanted]
         raise LinkedObjectsMissing(wanted)  # collected again at every attempt
+
+    def _check_name(self, name: str) -> None:
+        """Validate a ref name (``split_ref_name``) and note it as valid: the names a
+        process commits to repeat (a thread's ref at every append), and one noted is
+        not validated again."""
+        split_ref_name(name)
+        known = self._ref_names
+        if len(known) >= KNOWN_REF_NAMES:
+            known.clear()
+        known.add(name)
 
     def close(self) -> None:
         """Close the database connections and unmap packs."""
