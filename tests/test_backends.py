@@ -1013,8 +1013,8 @@ def test_deleting_the_wal_or_its_index_under_live_writers_loses_no_acknowledged_
 @pytest.mark.parametrize("victim", ["store.db-wal", "store.db-shm"])
 def test_a_replaced_file_is_seen_when_the_directory_had_settled(tmp_path, monkeypatch, victim):
     """Once the store directory has not changed for a while, a write checks the WAL and
-    its index with one stat of the directory; deleting either file changes the directory,
-    so the next write still refuses."""
+    its index with one fstat of the directory; deleting either file changes the
+    directory, so the next write still refuses."""
     from cas_journal.backends.local import database
     from cas_journal.backends.local.database import FilesReplaced
 
@@ -1034,7 +1034,9 @@ def test_a_replaced_file_is_seen_when_the_directory_had_settled(tmp_path, monkey
 
     monkeypatch.setattr(database.os, "stat", counting_stat)
     assert store.refs.set_if_equals("threads/a", "2", "3")
-    assert calls == [str(store.root)] * 2  # before and after COMMIT: the directory only
+    # before and after COMMIT: the directory only, through the descriptor the store holds
+    assert calls == [str(store.db._directory_fd)] * 2
+    assert os.path.samestat(os.fstat(store.db._directory_fd), os.stat(store.root))
     monkeypatch.setattr(database.os, "stat", real_stat)
     time.sleep(0.05)
     (store.root / victim).unlink()

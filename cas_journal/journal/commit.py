@@ -30,6 +30,7 @@ from ..objects import Kind, ThreadStateNode
 from .state import ThreadHead, ThreadStates, thread_ref
 
 MAX_ATTEMPTS = 200
+_new_tuple = tuple.__new__
 
 
 @dataclass
@@ -104,10 +105,12 @@ def commit(
                 continue
             return None, head
         state_oid, state_body = states.write(update.state)
-        objects = [*update.objects, NewObject(state_oid, Kind.THREAD, state_body)]
-        swap = RefUpdate(name, head.state_oid, state_oid, reason)
+        # (the tuples are made without their Python-level __new__, every field given)
+        objects = [*update.objects, _new_tuple(NewObject, (state_oid, Kind.THREAD, state_body))]
+        swap = _new_tuple(RefUpdate, (name, head.state_oid, state_oid, reason, True))
         if commit_or_report(states.store, objects, swap, result=update.result):
-            return update, states.remember(ThreadHead(thread_id, state_oid, update.state))
+            made = _new_tuple(ThreadHead, (thread_id, state_oid, update.state))
+            return update, states.remember(made)
         head = None
         pause(attempt)
     raise ConflictError(

@@ -56,6 +56,9 @@ __all__ = [
     "thread_ref",
 ]
 
+_new_tuple = tuple.__new__
+"""Makes a NamedTuple from all its fields in order, without its Python-level ``__new__``."""
+
 _TIME_FIELDS = ("title_updated_at", "created_at", "updated_at", "last_viewed_at")
 
 
@@ -218,7 +221,7 @@ class ThreadStates:
         state = self.state(value)
         if state.meta.get("id") != thread_id:
             raise CorruptObject(f"state of thread {thread_id!r} names another thread", value)
-        return self.remember(ThreadHead(thread_id, value, state))
+        return self.remember(_new_tuple(ThreadHead, (thread_id, value, state)))
 
     def remember(self, head: ThreadHead) -> ThreadHead:
         """Note ``head`` as the newest this journal has seen of its thread (see ``last``)."""
@@ -252,7 +255,7 @@ class ThreadStates:
             except (RuntimeError, StopIteration, KeyError):
                 break
         lines[oid] = line
-        return ThreadStateNode(meta, leaf, heads, (oid,), depth, skip)
+        return _new_tuple(ThreadStateNode, (meta, leaf, heads, (oid,), depth, skip))
 
     def write(self, state: ThreadStateNode) -> tuple[str, bytes]:
         """Encode a new state; returns ``(oid, body)`` for the caller to store."""

@@ -363,17 +363,19 @@ class Committer:
         db = self.db
 
         def work(conn: sqlite3.Connection) -> list[bool]:
-            now = now_micros()
+            now = time.time_ns() // 1000  # (now_micros, without the call)
             cursor = db.cursor()  # (this thread's, as ``conn`` is)
             for change in group:
                 change.stamp = now
             return [apply_change(cursor, change, now) for change in group]
 
-        self.db.count_pages(sum(map(_pages, group)))
-        results = self.db.write(work, what)
+        db.count_pages(_pages(group[0]) if len(group) == 1 else sum(map(_pages, group)))
+        results = db.write(work, what)
         self.transactions += 1
         for change, result in zip(group, results, strict=True):
-            _finish(change, result=result)
+            change.result = result  # (what _finish does, for every change of the group)
+            change.error = None
+            change.done = True
 
 
 def _pages(change: Change) -> int:
