@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cas_journal.errors import CorruptObject, InvalidInputError, JournalError
@@ -255,6 +256,39 @@ def test_fast_entry_body_equals_the_generic_encoding(
     )
     assert node.body() == node.generic_body()
     assert EntryNode.parse(node.body()) == node
+
+
+@settings(max_examples=300)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+    )
+    | st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=7))]
+        ),
+    ),
+    whole=st.booleans(),
+)
+def test_format_time_writes_what_isoformat_writes(moment, whole):
+    from cas_journal.objects import format_time, parse_time
+    from cas_journal.objects.canonical import reference_time_text
+
+    if whole:
+        moment = moment.replace(microsecond=0)
+    in_utc = moment.astimezone(UTC)
+    expected = (
+        f"{in_utc.year:04d}-{in_utc.month:02d}-{in_utc.day:02d}T{in_utc.hour:02d}:"
+        f"{in_utc.minute:02d}:{in_utc.second:02d}.{in_utc.microsecond:06d}Z"
+    )
+    assert reference_time_text(in_utc) == expected
+    assert format_time(moment) == expected
+    assert format_time(moment) == expected  # the second's text kept from the first call
+    later = moment + timedelta(microseconds=1)
+    assert format_time(later) == reference_time_text(later.astimezone(UTC))
+    assert parse_time(expected) == in_utc
 
 
 @given(message=oids, parent=st.none() | oids, noise=st.sampled_from(["", " ", "\n"]))
