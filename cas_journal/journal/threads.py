@@ -68,6 +68,10 @@ _META = Constructor(ThreadMeta)
 """Builds a fork's ThreadMeta from fields this module made (valid and UTC) without a
 second validation: what ``ThreadMeta.model_construct`` makes, at a fraction of its cost
 (a fork pays it on every call)."""
+_new_tuple = tuple.__new__
+"""Makes a NamedTuple from all its fields in order, without its Python-level ``__new__``."""
+_AT, _THREAD = ForkPosition.AT, Kind.THREAD
+"""(An enum member looked up on its class costs several times a global on Python 3.11.)"""
 
 
 def _warn_damaged(thread_id: str, error: JournalError) -> None:
@@ -142,7 +146,7 @@ class ThreadBook:
         checked that ``target`` belongs to thread ``source_id``. ``source_state``: the
         source's state the caller checked it in, if it was not just read; the commit
         then also checks that the source still holds it (else SourceMoved)."""
-        if position is not ForkPosition.AT and ForkPosition(position) is ForkPosition.BEFORE:
+        if position is not _AT and ForkPosition(position) is ForkPosition.BEFORE:
             if not target:
                 raise EntryNotFound(f"thread {source_id!r} has no entry to fork before")
             target = self.graph.node(target).parent
@@ -158,7 +162,8 @@ class ThreadBook:
             fields["parent_thread_id"] = fields["forked_from_thread_id"] = source_id
         if target:
             fields["forked_from_entry_id"] = target
-        state = ThreadStateNode(fields, target or None, (target,) if target else ())
+        heads = (target,) if target else ()
+        state = _new_tuple(ThreadStateNode, (fields, target or None, heads, (), 0, None))
         values: dict[str, Any] = {**fields, "created_at": moment, "updated_at": moment}
         values["leaf_id"] = target or ""
         meta = _META.with_fields({}, values)
@@ -199,14 +204,15 @@ class ThreadBook:
             meta._state_oid = state_oid
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
-        swap = RefUpdate(name, None, state_oid, reason)
-        objects = [NewObject(state_oid, Kind.THREAD, body)]
+        # (the tuples made without their Python-level __new__, every field given)
+        swap = _new_tuple(RefUpdate, (name, None, state_oid, reason, True))
+        objects = [_new_tuple(NewObject, (state_oid, _THREAD, body))]
         try:
             created = commit_or_report(
                 self.store,
                 objects,
                 swap,
-                [IndexUpdate(index, "1")],
+                [_new_tuple(IndexUpdate, (index, "1"))],
                 meta,
                 tuple(linked),
                 () if expect is None else (expect,),
