@@ -110,3 +110,18 @@ def test_a_header_met_before_still_has_its_length_checked():
     for bad in (good + b"y", good[:-1]):
         with pytest.raises(CorruptObject, match="length does not match"):
             parse_canonical(hash_hex(bad), bad)
+
+
+def test_object_ids_of_every_size_from_kept_headers_and_after_they_start_over(monkeypatch):
+    from cas_journal.objects import codec
+    from cas_journal.objects.codec import canonical_form
+
+    monkeypatch.setattr(codec, "HEADER_SIZES", 50)
+    for kind in (Kind.BLOB, Kind.ENTRY):
+        for size in [*range(120), *range(120)]:  # met first, then kept (or made again)
+            body = bytes(range(256))[:size] * 2
+            assert object_id(kind, body) == hash_hex(canonical_form(kind, body))
+            assert codec.ObjectCodec().rows([("00" * 32, kind, body)])[0][1] == (
+                ObjectCodec().compress(kind, body)
+            )
+        assert 0 < len(codec._HEADERS_BY_SIZE[kind]) <= 50
