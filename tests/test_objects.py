@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cas_journal.errors import CorruptObject, InvalidInputError, JournalError
@@ -256,6 +256,37 @@ def test_fast_entry_body_equals_the_generic_encoding(
     )
     assert node.body() == node.generic_body()
     assert EntryNode.parse(node.body()) == node
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300)
+@given(
+    meta=st.dictionaries(st.text(max_size=6), json_values, max_size=5),
+    leaf=st.none() | st.just("") | oids,
+    heads=st.lists(oids, max_size=3),
+    parents=st.lists(oids, max_size=2),
+    depth=st.integers(0, 2**70),
+    skip=st.none() | oids,
+)
+@example(meta={"n": 1e-7, "m": [0.5]}, leaf=None, heads=[], parents=[], depth=0, skip=None)
+def test_a_state_body_is_the_reference_encoding(meta, leaf, heads, parents, depth, skip):
+    from cas_journal.objects.canonical import reference_json
+
+    state = ThreadStateNode(meta, leaf, tuple(heads), tuple(parents), depth, skip)
+    fields = {"meta": meta, "leaf": leaf, "heads": sorted(heads), "parents": parents}
+    fields.update(depth=depth, skip=skip)
+    expected = {k: v for k, v in fields.items() if k == "meta" or v not in (None, "", 0, [])}
+    assert state.body() == reference_json(expected)
 
 
 @settings(max_examples=300)

@@ -51,11 +51,16 @@ class ThreadWriter:
             if made.oid == head.leaf:
                 return None  # an identical retry: already the leaf
             built.append(made)
-            heads = set(head.state.heads)
-            heads.discard(parent or "")
-            heads.add(made.oid)
+            heads: tuple[str, ...] = head.state.heads
+            if heads == (parent,) or not heads:  # (the common case, without a set)
+                heads = (made.oid,)
+            else:
+                others = set(heads)
+                others.discard(parent or "")
+                others.add(made.oid)
+                heads = tuple(others)
             meta = dict(head.state.meta, updated_at=prepared.created_at)
-            state = self.states.successor(head, meta, made.oid, tuple(heads))
+            state = self.states.successor(head, meta, made.oid, heads)
             stored = self.builder.stored(prepared, made, thread_id)
             return Update(state, made.objects(), stored)
 

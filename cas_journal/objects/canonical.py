@@ -74,6 +74,10 @@ def _plain(value: Any) -> bool:
     return True
 
 
+is_plain = _plain
+"""``_plain``, for encoders that walk only the part of a value they do not know."""
+
+
 def reference_json(value: Any) -> bytes:
     """The reference canonical encoding (standard library ``json``); InvalidInputError
     if the value is not JSON-compatible."""

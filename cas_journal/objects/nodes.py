@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from ..errors import CorruptObject, InvalidInputError
-from .canonical import canonical_json, is_canonical_time, parse_json, parse_json_exact
+from .canonical import (
+    canonical_json,
+    canonical_json_of_plain,
+    is_canonical_time,
+    is_plain,
+    parse_json,
+    parse_json_exact,
+)
 from .codec import is_oid
 from .kinds import Kind
 
@@ -325,6 +332,8 @@ class EntryNode(NamedTuple):
         return _new_tuple(cls, (payload, created_at, depth, parent, skip, turn_id))
 
 
+_STR_OR_NONE = frozenset({str, type(None)})
+_STR_ONLY = frozenset({str})
 # the members a ThreadStateNode body may hold
 _THREAD_STATE_FIELDS = frozenset({"meta", "leaf", "heads", "parents", "depth", "skip"})
 
@@ -353,9 +362,12 @@ class ThreadStateNode(NamedTuple):
 
     def body(self) -> bytes:
         """Canonical JSON body of this state (the empty fields left out, as ``_compact``
-        leaves them out; ``meta`` always written)."""
-        fields: dict[str, Any] = {"meta": self.meta}
-        _, leaf, heads, parents, depth, skip = self
+        leaves them out; ``meta`` always written). Only ``meta`` is walked for values the
+        fast encoder would write otherwise (``canonical_json``): oids that are str and a
+        depth that is an int need no walk (every append and fork writes a state; the
+        walk of all the fields cost half the body's 30,000 instructions)."""
+        meta, leaf, heads, parents, depth, skip = self
+        fields: dict[str, Any] = {"meta": meta}
         if leaf not in (None, ""):
             fields["leaf"] = leaf
         if heads:
@@ -366,6 +378,15 @@ class ThreadStateNode(NamedTuple):
             fields["depth"] = depth
         if skip not in (None, ""):
             fields["skip"] = skip
+        if (
+            type(depth) is int
+            and type(leaf) in _STR_OR_NONE
+            and type(skip) in _STR_OR_NONE
+            and _STR_ONLY.issuperset(map(type, heads))
+            and _STR_ONLY.issuperset(map(type, parents))
+            and is_plain(meta)
+        ):
+            return canonical_json_of_plain(fields)
         return canonical_json(fields)
 
     def references(self) -> list[str]:
