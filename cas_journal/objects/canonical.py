@@ -248,11 +248,12 @@ def format_time(moment: datetime) -> str:
     delta = moment - _EPOCH  # (the same tzinfo: no offsets looked at)
     second = delta.days * 86400 + delta.seconds
     prefix = _SECOND_TEXTS.get(second)
-    if prefix is None:
-        prefix = moment.isoformat()[:19] + "."  # the date and the time to the second
+    if prefix is None:  # a second not seen lately: its one isoformat call gives the text
+        text = moment.isoformat()
         if len(_SECOND_TEXTS) >= SECOND_TEXTS:
             _SECOND_TEXTS.clear()
-        _SECOND_TEXTS[second] = prefix
+        _SECOND_TEXTS[second] = text[:19] + "."  # the date and the time to the second
+        return text[:-6] + "Z" if moment.microsecond else text[:-6] + ".000000Z"
     micros = delta.microseconds
     return f"{prefix}{_THREE_DIGITS[micros // 1000]}{_THREE_DIGITS[micros % 1000]}Z"
 
