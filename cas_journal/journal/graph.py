@@ -27,8 +27,7 @@ class EntryGraph:
         """Reads that keep each object's pack neighbours (the chain's next nodes) for later."""
         self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
         self._cached = self._cache.get
-        self._take = self.nearby.take
-        self._if_read = objects.get_if_read
+        self._if_read = self.nearby.get_if_read
 
     def node(self, oid: str) -> EntryNode:
         """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent.
@@ -36,9 +35,7 @@ class EntryGraph:
         one the store's last read brought (a row window), else it is read.)"""
         node = self._cached(oid)
         if node is None:
-            found = self._take(oid, None)
-            if found is None:
-                found = self._if_read(oid)
+            found = self._if_read(oid)
             kind, body = found if found is not None else self.nearby.get(oid)
             if kind is not Kind.ENTRY:
                 raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")

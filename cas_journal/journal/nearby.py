@@ -103,11 +103,9 @@ class NearbyObjects:
         the store's own ``get_many``, which batches them."""
         rest: list[str] = []
         alone = False
-        take, if_read = self.take, self.objects.get_if_read
+        if_read = self.get_if_read
         for oid in dict.fromkeys(oids):
-            found = take(oid, None)
-            if found is None:  # what the store's own last reads brought (a row window)
-                found = if_read(oid)
+            found = if_read(oid)
             if found is not None:
                 yield oid, found[0], found[1]
             elif alone:

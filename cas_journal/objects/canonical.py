@@ -49,7 +49,7 @@ def _fast_json() -> ModuleType | None:
 _PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
     """True if ``value`` holds only str, int, bool, None, lists, tuples and str-keyed
     dicts: the values on which orjson writes exactly the reference encoding."""
     kind = type(value)
@@ -74,10 +74,6 @@ def _plain(value: Any) -> bool:
     return True
 
 
-is_plain = _plain
-"""``_plain``, for encoders that walk only the part of a value they do not know."""
-
-
 def reference_json(value: Any) -> bytes:
     """The reference canonical encoding (standard library ``json``); InvalidInputError
     if the value is not JSON-compatible."""
@@ -94,7 +90,7 @@ def reference_json(value: Any) -> bytes:
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON-compatible value canonically; raise InvalidInputError if it is not one."""
     fast = _fast_json()
-    if fast is not None and _plain(value):
+    if fast is not None and is_plain(value):
         try:
             encoded: bytes = fast.dumps(value, option=fast.OPT_SORT_KEYS)
             return encoded
