@@ -573,3 +573,58 @@ def test_a_save_on_a_deleted_runs_segment_during_gc_keeps_what_it_reaches(tmp_pa
     assert fsck(j.store).ok
     j.close()
     other.close()
+
+
+def test_a_load_keeps_no_segment_body_and_a_save_after_it_reads_them_again(tmp_path):
+    """A new process's load leaves the segment bodies out of its memo; its first save
+    reads them again to compare, so it still writes only what changed (in place too)."""
+    messages: list[dict] = []
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        for i in range(40):
+            messages = [*messages, *({"role": "user", "content": f"{i}.{k}"} for k in range(3))]
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        loaded = j.checkpoints.load("r").messages
+        assert loaded == messages
+        memo = j.checkpoints._memos.get("r")
+        assert memo is not None and memo.parts
+        assert all(part.text is None and part.size > 0 for part in memo.parts)
+        longer = [*loaded, {"role": "assistant", "content": "after the load"}]
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=40, messages=longer))
+        written = segment(j, head_node(j).segment)
+        assert (written.keep, written.messages) == (len(messages), longer[-1:])
+        longer[5]["content"] = "changed in place"
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=41, messages=longer))
+        assert segment(j, head_node(j).segment).keep == 5
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        assert j.checkpoints.load("r").messages == longer
+
+
+def test_a_save_after_a_load_whose_segments_were_collected_writes_the_list_whole(tmp_path):
+    """The run a journal loaded is deleted and collected by another process: the
+    journal's next save cannot read the loaded list's segments again and writes its
+    list whole, as a new history of the run."""
+    from datetime import timedelta
+
+    from cas_journal.backends import LocalStore
+
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(9)]
+    with cj.Journal.open(tmp_path / "s", durable=False) as j:
+        for i in (3, 6, 9):
+            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages[:i]))
+    j = cj.Journal.open(tmp_path / "s", durable=False)
+    assert j.checkpoints.load("r").messages == messages
+    other = LocalStore(tmp_path / "s", durable=False)
+    cj.Journal(other).checkpoints.delete("r")
+    gc(other, prune_now=True, reflog_expiry=timedelta(0))
+    old = j.checkpoints._memos.get("r")
+    assert old is not None and not any(j.store.objects.has(stop.oid) for stop in old.stops)
+    longer = [*messages, {"role": "assistant", "content": "saved after gc"}]
+    j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=10, messages=longer))
+    written = segment(j, head_node(j).segment)
+    assert (written.keep, written.messages) == (0, longer)
+    assert [c.iteration for c in j.checkpoints.history("r")] == [10]
+    assert cj.Journal(other).checkpoints.load("r").messages == longer
+    assert fsck(j.store).ok
+    j.close()
+    other.close()

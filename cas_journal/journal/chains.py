@@ -41,9 +41,15 @@ no snapshot and is always encoded. A miss costs time, never correctness. Parsing
 exact for integers beyond 64 bits (``parse_json_exact``).
 
 A memo is built from the stored list when a process first saves or loads a run (one
-read of the list; its snapshots are parsed from the stored bytes when a save first needs
-them, and replaced by shared ones as the caller's messages match them), so it survives
-reopening the store.
+read of the list), so it survives reopening the store. Built for a save, its snapshots
+are made from the messages that read parsed; built by a load, it keeps no segment body
+(a new process restoring a run keeps only what it returns: the load of the benchmark's
+750-message run took 1,038 page faults keeping its 1.6 MB of bodies and 549 without,
+each about 5 us on the benchmark VM), and
+the first save after it reads the segments again to parse its snapshots. Either way the
+snapshots are replaced by shared ones as the caller's messages match them. A save that
+cannot read them again (the run was deleted and collected meanwhile) writes its list
+whole.
 
 ``MessagesImage`` keeps a loaded message list for fresh copies, in memory only (never
 stored or read from anywhere). One walk of the list gives each distinct string a
@@ -64,7 +70,7 @@ import io
 import math
 import pickle
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from operator import attrgetter
@@ -182,20 +188,37 @@ class Stop:
 class Part:
     """Consecutive messages of a memo's list as stored bytes: the first ``count`` of a
     segment's messages (``segment``: ``text`` is its body), or of the JSON array
-    ``text`` (messages read from a message chain, or about to be)."""
+    ``text`` (messages read from a message chain, or about to be).
 
-    text: bytes
+    A segment's body may be left out of memory (``text`` None, ``size`` its length):
+    ``reread`` reads it again from the store when a save or a load needs its messages
+    (see ``read_list``)."""
+
+    text: bytes | None
     count: int
     segment: bool
     source: str
-    """The object the messages were read from (named by errors)."""
+    """The object the messages were read from (named by errors; read again if need be)."""
+    size: int = -1
+    """The text's length in bytes (taken from ``text`` if not given)."""
+    reread: Callable[[str], bytes] | None = None
+    """Reads the body of segment ``source`` again (only for a part without ``text``)."""
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            assert self.text is not None
+            self.size = len(self.text)
 
     def messages(self) -> list[dict[str, Any]]:
         """The part's messages, freshly parsed."""
+        text = self.text
+        if text is None:
+            assert self.reread is not None and self.segment
+            text = self.reread(self.source)
         if self.segment:
-            return SegmentNode.parse(self.text, self.source).messages[: self.count]
+            return SegmentNode.parse(text, self.source).messages[: self.count]
         try:
-            value = parse_json_exact(self.text)
+            value = parse_json_exact(text)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CorruptObject("checkpoint message is not JSON", self.source) from exc
         if type(value) is not list or not all(type(item) is dict for item in value):
@@ -204,7 +227,7 @@ class Part:
 
 
 def _part_weight(part: Part) -> int:
-    return 3 * len(part.text) + 64
+    return 64 if part.text is None else 3 * part.size + 64
 
 
 @dataclass(slots=True)
@@ -268,16 +291,22 @@ class ChainMemo:
     def ensure_snapshots(self) -> list[Any]:
         """The snapshots, parsed from the stored bytes if not made yet."""
         if self.snapshots is None:
-            snapshots, numbers, numbered = [], [], []
-            for index, message in enumerate(self.messages(self.length)):
-                copy, found, _ = snapshot(message)
-                snapshots.append(copy)
-                numbers.append(found)
-                if found:
-                    numbered.append(index)
-            self.snapshots, self.numbers, self.numbered = snapshots, numbers, numbered
-            self.parsed = len(snapshots)
+            self.take_snapshots(self.messages(self.length))
+        assert self.snapshots is not None
         return self.snapshots
+
+    def take_snapshots(self, messages: list[dict[str, Any]]) -> None:
+        """Make the snapshots from ``messages``: the list's messages, parsed from the
+        stored bytes (nobody else may hold them)."""
+        snapshots, numbers, numbered = [], [], []
+        for index, message in enumerate(messages):
+            copy, found, _ = snapshot(message)
+            snapshots.append(copy)
+            numbers.append(found)
+            if found:
+                numbered.append(index)
+        self.snapshots, self.numbers, self.numbered = snapshots, numbers, numbered
+        self.parsed = len(snapshots)
 
 
 @dataclass(slots=True)
@@ -472,11 +501,11 @@ def _small_tail(parts: list[Part], stops: list[Stop], chained: int, adding: int)
         while index and parts[index - 1].count == 0:
             index -= 1
         part = parts[index - 1]
-        if not part.segment or own >= MERGE_SEGMENTS or 2 * len(part.text) >= MERGE_BYTES:
+        if not part.segment or own >= MERGE_SEGMENTS or 2 * part.size >= MERGE_BYTES:
             return None
         index -= 1
         segments += 1
-        size += len(part.text)
+        size += part.size
         if segments + 1 >= MERGE_SEGMENTS or size >= MERGE_BYTES:
             return _Tail(at, segments, len(parts) - index, size)
     return None
@@ -596,6 +625,14 @@ def _chain_messages(links: list[Link]) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], value)
 
 
+def _segment_body(get: Callable[[str], tuple[Kind, bytes]], oid: str) -> bytes:
+    """The body of segment ``oid``, read with ``get``."""
+    found, body = get(oid)
+    if found is not Kind.SEGMENT:
+        raise CorruptObject(f"expected a segment, found a {found.value}", oid)
+    return body
+
+
 def read_list(
     objects: NearbyObjects, oid: str, kind: Kind, count: int
 ) -> tuple[list[dict[str, Any]], ChainMemo]:
@@ -622,6 +659,7 @@ def read_list(
     holder = oid  # the object that claims the ``need`` messages
     current: tuple[str, Kind] | None = (oid, kind)
     take, get = objects.take, objects.objects.get
+    reread = functools.partial(_segment_body, get)
     while current is not None and current[1] is Kind.SEGMENT and need:
         at = current[0]
         kept = take(at, None)  # a neighbour an earlier read brought, else the segment alone
@@ -639,7 +677,7 @@ def read_list(
         own = need - segment.keep
         if own > 0:
             gathered.append(segment.messages[:own])
-            parts.append(Part(body, own, True, at))
+            parts.append(Part(None, own, True, at, len(body), reread))
             need = segment.keep
         holder, current = at, segment.below
     if need and current is not None:  # the rest is a message chain

@@ -17,7 +17,8 @@ checkpoint the memo was made for (the last this journal saved or read of the run
 expected old value of the compare-and-swap; if another writer moved the run since, the
 swap loses and the save is rebuilt on the ref as read then. Loads answer from the memo
 when it holds the list asked for, else read the list once (one read and one JSON parse
-per segment) and remember it. A list loaded before in this process is not parsed a third
+per segment) and remember it (without the segment bodies, which the next save reads
+again if it needs them). A list loaded before in this process is not parsed a third
 time: the second load's messages are kept as a ``MessagesImage`` (see ``chains``) keyed
 by the list's object and length (an object never changes), in bounded memory; each load
 is a fresh copy the caller may change, made with the cyclic collector paused (thousands
@@ -38,7 +39,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..backends import NewObject, RefUpdate, Store
-from ..errors import CheckpointNotFound, ConflictError, CorruptObject, CorruptRef
+from ..errors import (
+    CheckpointNotFound,
+    ConflictError,
+    CorruptObject,
+    CorruptRef,
+    ObjectNotFound,
+)
 from ..names import validate_id
 from ..objects import (
     CheckpointNode,
@@ -211,7 +218,8 @@ class CheckpointStore:
             if target is None:
                 return ChainMemo(head, prompt=node.system_prompt)
             with collector_paused():
-                memo = read_list(self._nearby, target[0], target[1], node.message_count)[1]
+                messages, memo = read_list(self._nearby, target[0], target[1], node.message_count)
+                memo.take_snapshots(messages)  # the save compares with them next
             memo.checkpoint, memo.prompt = head, node.system_prompt
             self._memos.put(run_id, memo)
         return memo
@@ -229,7 +237,13 @@ class CheckpointStore:
             head = self._head(checkpoint.run_id)
             memo = self._memo(checkpoint.run_id, head)
         segments = self.segments
-        chain = encode_save(checkpoint.messages, memo, segments)
+        try:
+            chain = encode_save(checkpoint.messages, memo, segments)
+        except (ObjectNotFound, CorruptObject):
+            # the memo's list, left out of memory after a load, could not be read again
+            # (collected since, or damaged): the list is written whole
+            memo = ChainMemo(None)
+            chain = encode_save(checkpoint.messages, memo, segments)
         prompt_oid = None
         prompt_object: list[NewObject] = []
         if checkpoint.system_prompt:
