@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from backend_contract import HOSTILE_NAMES
 from hypothesis import given
@@ -301,6 +303,33 @@ def test_the_memo_tells_apart_values_that_compare_equal(before, after, segments)
             fresh.checkpoints.segments = False
             fresh.checkpoints.save(cj.Checkpoint(run_id="r", messages=messages))
             assert chain_of(j, "r") == chain_of(fresh, "r")
+
+
+def _leaves(value: object, path: tuple = ()) -> list[tuple[tuple, object]]:
+    """Every scalar of a message with its path (the model ``chains.snapshot`` follows)."""
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*path, key))]
+    if isinstance(value, list | tuple):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, (*path, i))]
+    return [(path, value)]
+
+
+@given(st.dictionaries(st.text(max_size=6), json_values, max_size=5))
+def test_a_snapshot_copies_containers_shares_leaves_and_finds_every_number(message):
+    from cas_journal.journal.chains import snapshot
+
+    copy, numbers, long_ints = snapshot(message)
+    assert typed(copy) == typed(message)
+    assert not set(_containers(copy)) & set(_containers(message))  # no container shared
+    ours, theirs = _leaves(copy), _leaves(message)
+    assert all(a[1] is b[1] for a, b in zip(ours, theirs, strict=True))  # shared leaves
+    expected = [
+        (path, type(value), isinstance(value, float) and math.copysign(1.0, value) < 0)
+        for path, value in theirs
+        if type(value) in (int, float, bool)
+    ]
+    assert list(numbers) == expected
+    assert long_ints == any(type(v) is int and abs(v) >= 2**63 for _, v in theirs)
 
 
 def test_nan_is_refused_even_where_none_was_saved(j):

@@ -123,10 +123,14 @@ def snapshot(message: Any) -> tuple[Any, tuple[Number, ...], bool]:
             for key, item in value.items():
                 if type(key) is not str:
                     raise InvalidInputError(f"message keys must be strings, got {key!r:.40}")
-                out[key] = copy(item, (*path, key))
+                # a string or None is shared as is: no call and no path for most leaves
+                out[key] = item if type(item) is str or item is None else copy(item, (*path, key))
             return out
         if kind is list or kind is tuple:
-            items = [copy(item, (*path, index)) for index, item in enumerate(value)]
+            items = [
+                item if type(item) is str or item is None else copy(item, (*path, index))
+                for index, item in enumerate(value)
+            ]
             return items if kind is list else tuple(items)
         if kind is int or kind is bool or kind is float:
             numbers.append((path, kind, kind is float and math.copysign(1.0, value) < 0))
