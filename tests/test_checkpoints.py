@@ -305,6 +305,26 @@ def test_the_memo_tells_apart_values_that_compare_equal(before, after, segments)
             assert chain_of(j, "r") == chain_of(fresh, "r")
 
 
+@pytest.mark.parametrize("before_saving", ["nothing", "a load"])
+@pytest.mark.parametrize(("before", "after"), EQUAL_BUT_DIFFERENT)
+def test_a_memo_read_from_the_store_tells_apart_values_that_compare_equal(
+    before, after, before_saving
+):
+    """Each save in a new journal: its memo is read from the store (by the save itself,
+    or by a load before it), and compared with the caller's messages one by one."""
+    store = cj.Journal.memory().store
+    first = [{"role": "user", "content": "q"}, {"v": before, "deep": [{"w": before}]}]
+    second = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": before}]}]
+    third = [{"role": "user", "content": "q"}, {"v": after, "deep": [{"w": after}]}]
+    for i, messages in enumerate((first, second, third, first, [*first, {"n": 1}])):
+        j = cj.Journal(store)
+        if i and before_saving == "a load":
+            j.checkpoints.load("r")
+        j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        assert typed(cj.Journal(store).checkpoints.load("r").messages) == typed(messages)
+        assert typed(j.checkpoints.load("r").messages) == typed(messages)
+
+
 def _leaves(value: object, path: tuple = ()) -> list[tuple[tuple, object]]:
     """Every scalar of a message with its path (the model ``chains.snapshot`` follows)."""
     if isinstance(value, dict):

@@ -41,15 +41,16 @@ no snapshot and is always encoded. A miss costs time, never correctness. Parsing
 exact for integers beyond 64 bits (``parse_json_exact``).
 
 A memo is built from the stored list when a process first saves or loads a run (one
-read of the list), so it survives reopening the store. Built for a save, its snapshots
-are made from the messages that read parsed; built by a load, it keeps no segment body
-(a new process restoring a run keeps only what it returns: the load of the benchmark's
-750-message run took 1,038 page faults keeping its 1.6 MB of bodies and 549 without,
-each about 5 us on the benchmark VM), and
-the first save after it reads the segments again to parse its snapshots. Either way the
-snapshots are replaced by shared ones as the caller's messages match them. A save that
-cannot read them again (the run was deleted and collected meanwhile) writes its list
-whole.
+read of the list), so it survives reopening the store. It has no snapshots then: its
+first save compares the caller's messages with the stored ones, parsed, one by one (a
+message equal to the stored one has its numbers where the stored one has them, each
+checked for type and sign), and takes the caller's snapshots. Built for a save, the
+memo hands that save the messages its read parsed; built by a load, it keeps no segment
+body (a new process restoring a run keeps only what it returns: the load of the
+benchmark's 750-message run took 1,038 page faults keeping its 1.6 MB of bodies and 549
+without, each about 5 us on the benchmark VM), and the first save after it reads the
+segments again. A save that cannot read them again (the run was deleted and collected
+meanwhile) writes its list whole.
 
 ``MessagesImage`` keeps a loaded message list for fresh copies, in memory only (never
 stored or read from anywhere). One walk of the list gives each distinct string a
@@ -254,15 +255,16 @@ class ChainMemo:
     weight: int = -1
     """Roughly the bytes this memo holds (computed if not given)."""
     snapshots: list[Any] | None = None
-    """What a new message ``i`` is compared with; None until first needed (a memo read
-    from the store parses them then)."""
+    """What a new message ``i`` is compared with; None for a memo read from the store
+    (its first save compares the caller's messages with the stored ones and snapshots
+    the caller's)."""
     numbers: list[tuple[Number, ...]] = field(default_factory=list)
     """Where each snapshot's numbers are, with their exact types."""
     numbered: list[int] = field(default_factory=list)
     """The positions of the messages that hold numbers (their types are checked)."""
-    parsed: int = 0
-    """How many leading snapshots were parsed from stored bytes, not shared with a
-    caller's message (slower to compare; replaced when the caller's messages match)."""
+    stored: list[dict[str, Any]] | None = None
+    """The list's messages as parsed from the stored bytes, when a read left them to the
+    memo's first save (nobody else holds them); else that save parses them again."""
 
     def __post_init__(self) -> None:
         if self.weight < 0:
@@ -292,26 +294,6 @@ class ChainMemo:
         del out[count:]
         return out
 
-    def ensure_snapshots(self) -> list[Any]:
-        """The snapshots, parsed from the stored bytes if not made yet."""
-        if self.snapshots is None:
-            self.take_snapshots(self.messages(self.length))
-        assert self.snapshots is not None
-        return self.snapshots
-
-    def take_snapshots(self, messages: list[dict[str, Any]]) -> None:
-        """Make the snapshots from ``messages``: the list's messages, parsed from the
-        stored bytes (nobody else may hold them)."""
-        snapshots, numbers, numbered = [], [], []
-        for index, message in enumerate(messages):
-            copy, found, _ = snapshot(message)
-            snapshots.append(copy)
-            numbers.append(found)
-            if found:
-                numbered.append(index)
-        self.snapshots, self.numbers, self.numbered = snapshots, numbers, numbered
-        self.parsed = len(snapshots)
-
 
 @dataclass(slots=True)
 class EncodedSave:
@@ -336,9 +318,58 @@ class EncodedSave:
         return self.target[0] if self.target is not None and self.target[1] is kind else None
 
 
-def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> int:
-    """How many leading messages encode exactly as the memo's leading ones."""
-    snapshots = memo.ensure_snapshots()
+@dataclass(slots=True)
+class _Shared:
+    """The leading messages of a new list that encode exactly as the memo's: how many,
+    and their snapshots, numbers and numbered positions (as ``ChainMemo`` has them)."""
+
+    count: int
+    snapshots: list[Any]
+    numbers: list[tuple[Number, ...]]
+    numbered: list[int]
+
+
+def _shared_prefix(messages: Sequence[Any], memo: ChainMemo) -> _Shared:
+    """How many leading messages encode exactly as the memo's leading ones, with the
+    snapshots of those."""
+    snapshots = memo.snapshots
+    if snapshots is None:
+        return _shared_with_stored(messages, memo)
+    count = _shared_count(messages, memo, snapshots)
+    return _Shared(
+        count,
+        snapshots[:count],
+        memo.numbers[:count],
+        [index for index in memo.numbered if index < count],
+    )
+
+
+def _shared_with_stored(messages: Sequence[Any], memo: ChainMemo) -> _Shared:
+    """``_shared_prefix`` for a memo read from the store (no snapshots): the caller's
+    messages are compared with the stored ones, parsed (the memo's ``stored``, else
+    read again), one by one, and the snapshots are the caller's. Exact: a message equal
+    to the stored one has its numbers where the stored one has them, and each of those
+    is checked for the stored one's type and sign."""
+    stored = memo.stored if memo.stored is not None else memo.messages(memo.length)
+    memo.stored = None  # used once: the memo the save makes has snapshots
+    shared = _Shared(0, [], [], [])
+    for index in range(min(len(messages), len(stored))):
+        message = messages[index]
+        copy, found, _ = snapshot(message)
+        if copy is UNMATCHABLE or message != stored[index]:
+            break
+        if found and not _numbers_match(stored[index], found):
+            break
+        shared.snapshots.append(copy)
+        shared.numbers.append(found)
+        if found:
+            shared.numbered.append(index)
+        shared.count += 1
+    return shared
+
+
+def _shared_count(messages: Sequence[Any], memo: ChainMemo, snapshots: list[Any]) -> int:
+    """How many leading messages encode exactly as the memo's ``snapshots``."""
     count = min(len(messages), len(snapshots))
     mine = messages[:count]
     if type(mine) is not list:
@@ -401,14 +432,11 @@ def encode_save(
     if not all(map(isinstance, messages, repeat(dict))):
         index = next(i for i, message in enumerate(messages) if not isinstance(message, dict))
         raise InvalidInputError(f"message {index} is not a JSON object")
-    shared = _shared_prefix(messages, memo)
+    prefix = _shared_prefix(messages, memo)
+    shared = prefix.count
     if not segments and shared > len(memo.nodes):
         return encode_save(messages, ChainMemo(None), segments, limit)
-    assert memo.snapshots is not None
-    snapshots, numbers = memo.snapshots[:shared], memo.numbers[:shared]
-    numbered = [index for index in memo.numbered if index < shared]
-    for index in range(min(memo.parsed, shared)):  # share the caller's leaves from now on
-        snapshots[index] = snapshot(messages[index])[0]
+    snapshots, numbers, numbered = prefix.snapshots, prefix.numbers, prefix.numbered
     bodies: list[bytes] = []
     for message in messages[shared:]:
         copy, found, long_ints = snapshot(message)  # refuses keys that are not strings

@@ -219,7 +219,7 @@ class CheckpointStore:
                 return ChainMemo(head, prompt=node.system_prompt)
             with collector_paused():
                 messages, memo = read_list(self._nearby, target[0], target[1], node.message_count)
-                memo.take_snapshots(messages)  # the save compares with them next
+            memo.stored = messages  # the save compares the caller's with them next
             memo.checkpoint, memo.prompt = head, node.system_prompt
             self._memos.put(run_id, memo)
         return memo
