@@ -293,6 +293,32 @@ def test_a_commit_writes_every_row_in_order(tmp_path, count):
     assert store.db.rows("SELECT count(*) FROM objects") == [(count + 1,)]
 
 
+def test_reflog_rows_keep_an_absent_side_as_null(tmp_path):
+    """A created or deleted ref logs its absent side as NULL (written by the statement
+    itself, not bound), and so does a logged check that a ref is absent."""
+    store = LocalStore(tmp_path / "s", durable=False)
+    a, b = "a" * 64, "b" * 64
+    assert store.refs.set_if_equals("threads/x", None, None, "absent")
+    assert store.refs.set_if_equals("threads/x", None, a, "create")
+    assert store.refs.set_if_equals("threads/x", a, b, "move")
+    assert store.refs.set_if_equals("threads/x", b, None, "delete")
+    rows = store.db.rows(
+        "SELECT old, new, reason FROM reflog WHERE name = 'threads/x' ORDER BY seq"
+    )
+    assert rows == [
+        (None, None, "absent"),
+        (None, a, "create"),
+        (a, b, "move"),
+        (b, None, "delete"),
+    ]
+    assert [(e.old, e.new) for e in store.refs.reflog("threads/x")] == [
+        (None, None),
+        (None, a),
+        (a, b),
+        (b, None),
+    ]
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_durability_sets_synchronous(tmp_path, durable):
     store = LocalStore(tmp_path / "s", durable=durable)
