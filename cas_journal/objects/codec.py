@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import blake3
@@ -87,16 +87,37 @@ def _new_header(kind: Kind, size: int) -> bytes:
     return header
 
 
+_HasherMethods = tuple[Callable[[], object], Callable[[bytes], object], Callable[[], bytes]]
+_hashers = threading.local()
+"""Each thread's hasher for ``object_id``, as its bound ``(reset, update, digest)``."""
+
+
+def _thread_hasher() -> _HasherMethods:
+    hasher = _blake3()
+    methods: _HasherMethods = (hasher.reset, hasher.update, hasher.digest)
+    _hashers.methods = methods
+    return methods
+
+
 def object_id(kind: Kind, body: bytes) -> str:
     """The oid of an object: BLAKE3-256 hex of its canonical form."""
     size = len(body)
     if size <= _CONCATENATED:
-        # a hasher over the header and body concatenated: cheaper than one fed twice
-        # (digest().hex() is the same text as hexdigest, 0.2 us faster)
+        # the header and body concatenated, through the thread's own hasher, reset first
+        # (a new hasher costs about 1,100 instructions more; one reset before use is
+        # clean even if a call was interrupted midway). digest().hex() is the same text
+        # as hexdigest, 0.2 us faster.
         header = _HEADERS_BY_SIZE[kind].get(size)
         if header is None:
             header = _new_header(kind, size)
-        return _blake3(header + body).digest().hex()
+        try:
+            methods: _HasherMethods = _hashers.methods
+        except AttributeError:
+            methods = _thread_hasher()
+        reset, update, digest = methods
+        reset()
+        update(header + body)
+        return digest().hex()
     hasher = _blake3(b"%s%d\0" % (_TAGS[kind], len(body)))
     hasher.update(body)  # no copy of a large body
     return hasher.digest().hex()
