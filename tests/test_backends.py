@@ -565,14 +565,14 @@ def test_a_failing_group_gives_each_caller_its_own_outcome(tmp_path):
     real_write = store.db.write
     calls = []
 
-    def failing_first(work, what, damaged=cj_errors.CorruptRef):
+    def failing_first(work, what, damaged=cj_errors.CorruptRef, **options):
         calls.append(what)
         if len(calls) == 1:
             error = sqlite3.OperationalError("database or disk is full")
             error.sqlite_errorcode = sqlite3.SQLITE_FULL
             error.sqlite_errorname = "SQLITE_FULL"
             raise cj_errors.StorageError("committing failed: no space left on device") from error
-        return real_write(work, what, damaged)
+        return real_write(work, what, damaged, **options)
 
     store.db.write = failing_first
     results = _queued_commits(store, changes, 3)

@@ -74,6 +74,9 @@ not a bound None (``sqlite3`` binds None only after looking for an adapter for i
 failing, about 3,000 instructions, once per fork or new thread)."""
 
 
+_get_ident, _monotonic, _time_ns = threading.get_ident, time.monotonic, time.time_ns
+"""(Module globals: an attribute of a module looked up at every commit costs more.)"""
+
 GATHER_LIMIT = 0.002
 """Seconds a new leader waits at most for the callers of the previous transaction."""
 
@@ -255,7 +258,7 @@ class Committer:
     def submit(self, change: Change) -> bool:
         """Apply ``change`` (alone or with others queued meanwhile); return its result."""
         lock = self._lock
-        change.caller = caller = threading.get_ident()
+        change.caller = caller = _get_ident()
         with lock:
             queue = self._queue
             queue.append(change)
@@ -275,11 +278,11 @@ class Committer:
                 with self._leader:
                     with lock:
                         group, self._queue = self._queue, []
-                    started = time.monotonic()
+                    started = _monotonic()
                     try:
                         self._run(group)
                     finally:
-                        self._took = time.monotonic() - started
+                        self._took = _monotonic() - started
                         if len(group) > 1:
                             self._sole = 0
                             self._served = frozenset(queued.caller for queued in group)
@@ -355,14 +358,14 @@ class Committer:
         db = self.db
 
         def work(conn: sqlite3.Connection) -> list[bool]:
-            now = time.time_ns() // 1000  # (now_micros, without the call)
+            now = _time_ns() // 1000  # (now_micros, without the call)
             cursor = db.cursor()  # (this thread's, as ``conn`` is)
             for change in group:
                 change.stamp = now
             return [apply_change(cursor, change, now) for change in group]
 
-        db.count_pages(_pages(group[0]) if len(group) == 1 else sum(map(_pages, group)))
-        results = db.write(work, what)
+        pages = _pages(group[0]) if len(group) == 1 else sum(map(_pages, group))
+        results = db.write(work, what, pages=pages)
         self.transactions += 1
         for change, result in zip(group, results, strict=True):
             change.result = result  # (what _finish does, for every change of the group)

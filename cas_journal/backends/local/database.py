@@ -36,7 +36,7 @@ paid for all of them. Instead a thread of the process's own (``Checkpointer``, s
 demand, one per open store) runs a passive checkpoint after every ``CHECKPOINT_EVERY``
 write transactions, or sooner once the writes since the last one changed about
 ``CHECKPOINT_PAGES`` pages (the committer estimates the pages of each transaction,
-``count_pages``: a batch of thousands of objects is one transaction), beside the commits
+``write``'s ``pages``: a batch of thousands of objects is one transaction), beside the commits
 (a passive checkpoint never blocks a writer). Once the WAL holds ``RESTART_FRAMES``
 frames (``RELAXED_RESTART_FRAMES`` when not durable), the next write of the process
 copies the few frames committed meanwhile (a small checkpoint, but with the syncs of
@@ -550,19 +550,19 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
 
-    def count_pages(self, pages: int) -> None:
-        """Note that the next write changes about ``pages`` pages (this paces the
-        background checkpoints, see the module docstring)."""
-        self._pages += pages
-
     def write(
         self,
         work: Callable[[sqlite3.Connection], T],
         what: str,
         damaged: type[JournalError] = CorruptRef,
         sync: bool = True,
+        pages: int = 0,
     ) -> T:
         """Run ``work`` in one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``).
+
+        ``pages``: about how many pages the write changes, if the caller knows (the
+        committer estimates it): this paces the background checkpoints (see the module
+        docstring).
 
         ``sync=False`` skips the durable store's sync of this commit, for a write that
         only matters together with a later synced commit of this process (``freshen``
@@ -599,6 +599,7 @@ class Database:
         if opened is None or self.current_file_ids() != opened:
             self._check_files(conn, what, after_commit=True)
         self._writes += 1
+        self._pages += pages
         if self.checkpointer.finish_wanted:
             self.checkpointer.finish(conn)
         elif self._writes % CHECKPOINT_EVERY == 0 or self._pages >= CHECKPOINT_PAGES:
