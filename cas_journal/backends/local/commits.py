@@ -355,6 +355,8 @@ class Committer:
             raise exc
 
     def _transaction(self, group: list[Change], what: str) -> None:
+        """Apply ``group`` in one write transaction, then finish each change with its
+        result (``_finish``)."""
         db = self.db
 
         def work(conn: sqlite3.Connection) -> list[bool]:
@@ -368,9 +370,7 @@ class Committer:
         results = db.write(work, what, pages=pages)
         self.transactions += 1
         for change, result in zip(group, results, strict=True):
-            change.result = result  # (what _finish does, for every change of the group)
-            change.error = None
-            change.done = True
+            _finish(change, result)
 
 
 def _pages(change: Change) -> int:
