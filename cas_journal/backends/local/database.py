@@ -417,11 +417,14 @@ class Database:
         statements run through it: ``Connection.execute`` makes and drops a cursor at
         every call, which costs a statement as much as binding its values."""
         cursor: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
-        if cursor is None:  # (set only beside the connection it belongs to, see ``_drop``)
-            conn = self.connection()
-            cursor = self._local.cursor = conn.cursor()
-            with self._guard:
-                self._cursors[id(conn)] = cursor
+        # (set only beside the connection it belongs to, see ``_drop``)
+        return cursor if cursor is not None else self._new_cursor()
+
+    def _new_cursor(self) -> sqlite3.Cursor:
+        conn = self.connection()
+        cursor = self._local.cursor = conn.cursor()
+        with self._guard:
+            self._cursors[id(conn)] = cursor
         return cursor
 
     def _open(self) -> sqlite3.Connection:
@@ -570,9 +573,7 @@ class Database:
         so that sync makes this write durable too, and a crash before it loses both."""
         if self.read_only:
             raise StorageError(f"{what} failed: the store was opened read-only")
-        cursor: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
-        if cursor is None:
-            cursor = self.cursor()
+        cursor = self.cursor()
         conn = cursor.connection
         opened = self._files.get(id(conn))
         relaxed = self.durable and not sync
