@@ -24,13 +24,12 @@ from ..objects import (
     skip_pointer,
     utc_now,
 )
+from ..objects.nodes import new_tuple
 from .graph import EntryGraph
 from .models import Entry
 from .payload import payload_bytes
 from .trusted import Constructor
 
-_new_tuple = tuple.__new__
-"""Makes a NamedTuple from its fields in order, without its Python-level ``__new__``."""
 _BLOB_KIND, _ENTRY_KIND = Kind.BLOB, Kind.ENTRY
 """(An enum member looked up on its class costs several times a global on Python 3.11.)"""
 
@@ -62,15 +61,15 @@ class BuiltEntry(NamedTuple):
     def objects(self) -> list[NewObject]:
         """The objects to store, referenced first: the payload blob, then the node."""
         return [
-            _new_tuple(NewObject, (self.node.payload, _BLOB_KIND, self.payload)),
-            _new_tuple(NewObject, (self.oid, _ENTRY_KIND, self.body)),
+            new_tuple(NewObject, (self.node.payload, _BLOB_KIND, self.payload)),
+            new_tuple(NewObject, (self.oid, _ENTRY_KIND, self.body)),
         ]
 
 
 def objects_of(built: Sequence[BuiltEntry]) -> list[NewObject]:
     """The objects of many built entries, each one's as ``BuiltEntry.objects`` lists them
     (a batch's: no call per entry)."""
-    blob, entry, new = _BLOB_KIND, _ENTRY_KIND, _new_tuple
+    blob, entry, new = _BLOB_KIND, _ENTRY_KIND, new_tuple
     out: list[NewObject] = []
     append = out.append
     for oid, node, body, payload in built:
@@ -96,13 +95,13 @@ def build_entry(
     looked for, one looked for is added."""
     # the tuples are made without their Python-level __new__ (fields in order)
     if parent is None:
-        node = _new_tuple(EntryNode, (payload_oid, created_at, 0, None, None, turn_id))
+        node = new_tuple(EntryNode, (payload_oid, created_at, 0, None, None, turn_id))
     else:
         depth = lookup(parent).depth + 1
         skip = skip_pointer(lookup, parent, depth, line)
-        node = _new_tuple(EntryNode, (payload_oid, created_at, depth, parent, skip, turn_id))
+        node = new_tuple(EntryNode, (payload_oid, created_at, depth, parent, skip, turn_id))
     body = node.body()
-    return _new_tuple(BuiltEntry, (object_id(_ENTRY_KIND, body), node, body, payload))
+    return new_tuple(BuiltEntry, (object_id(_ENTRY_KIND, body), node, body, payload))
 
 
 _ENTRY = Constructor(Entry)
@@ -134,7 +133,7 @@ class EntryBuilder:
         entry's ``created_at``, else the current time)."""
         created = ensure_utc(now or entry.created_at or utc_now())
         payload = payload_bytes(entry)
-        return _new_tuple(
+        return new_tuple(
             PreparedEntry,
             (entry, payload, object_id(_BLOB_KIND, payload), created, format_time(created)),
         )

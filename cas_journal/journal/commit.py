@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from ..backends import IndexUpdate, NewObject, RefCheck, RefUpdate, Store
 from ..errors import AppendCommittedError, ConflictError, JournalError, StorageError
 from ..objects import Kind, ThreadStateNode
+from ..objects.nodes import new_tuple
 from .state import ThreadHead, ThreadStates, thread_ref
 
 MAX_ATTEMPTS = 200
-_new_tuple = tuple.__new__
 _THREAD = Kind.THREAD
 """(An enum member looked up on its class costs several times a global on Python 3.11.)"""
 
@@ -108,10 +108,10 @@ def commit(
             return None, head
         state_oid, state_body = states.write(update.state)
         # (the tuples are made without their Python-level __new__, every field given)
-        objects = [*update.objects, _new_tuple(NewObject, (state_oid, _THREAD, state_body))]
-        swap = _new_tuple(RefUpdate, (name, head.state_oid, state_oid, reason, True))
+        objects = [*update.objects, new_tuple(NewObject, (state_oid, _THREAD, state_body))]
+        swap = new_tuple(RefUpdate, (name, head.state_oid, state_oid, reason, True))
         if commit_or_report(states.store, objects, swap, result=update.result):
-            made = _new_tuple(ThreadHead, (thread_id, state_oid, update.state))
+            made = new_tuple(ThreadHead, (thread_id, state_oid, update.state))
             return update, states.remember(made)
         head = None
         pause(attempt)

@@ -27,6 +27,7 @@ from ..objects import (
     parse_time,
     skip_pointer,
 )
+from ..objects.nodes import new_tuple
 from .cache import BoundedCache
 from .models import ThreadMeta
 from .payload import compact_model
@@ -56,8 +57,6 @@ __all__ = [
     "thread_ref",
 ]
 
-_new_tuple = tuple.__new__
-"""Makes a NamedTuple from all its fields in order, without its Python-level ``__new__``."""
 _THREAD = Kind.THREAD
 """(An enum member looked up on its class costs several times a global on Python 3.11.)"""
 
@@ -223,7 +222,7 @@ class ThreadStates:
         state = self.state(value)
         if state.meta.get("id") != thread_id:
             raise CorruptObject(f"state of thread {thread_id!r} names another thread", value)
-        return self.remember(_new_tuple(ThreadHead, (thread_id, value, state)))
+        return self.remember(new_tuple(ThreadHead, (thread_id, value, state)))
 
     def remember(self, head: ThreadHead) -> ThreadHead:
         """Note ``head`` as the newest this journal has seen of its thread (see ``last``)."""
@@ -257,7 +256,7 @@ class ThreadStates:
             except (RuntimeError, StopIteration, KeyError):
                 break
         lines[oid] = line
-        return _new_tuple(ThreadStateNode, (meta, leaf, heads, (oid,), depth, skip))
+        return new_tuple(ThreadStateNode, (meta, leaf, heads, (oid,), depth, skip))
 
     def write(self, state: ThreadStateNode) -> tuple[str, bytes]:
         """Encode a new state; returns ``(oid, body)`` for the caller to store."""

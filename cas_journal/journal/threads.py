@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..names import validate_id
 from ..objects import Kind, ThreadStateNode, ensure_utc, format_time, is_oid, parse_time, utc_now
+from ..objects.nodes import new_tuple
 from .cache import BoundedCache
 from .commit import Update, commit, commit_or_report
 from .graph import EntryGraph
@@ -68,8 +69,6 @@ _META = Constructor(ThreadMeta)
 """Builds a fork's ThreadMeta from fields this module made (valid and UTC) without a
 second validation: what ``ThreadMeta.model_construct`` makes, at a fraction of its cost
 (a fork pays it on every call)."""
-_new_tuple = tuple.__new__
-"""Makes a NamedTuple from all its fields in order, without its Python-level ``__new__``."""
 _AT, _THREAD = ForkPosition.AT, Kind.THREAD
 """(An enum member looked up on its class costs several times a global on Python 3.11.)"""
 
@@ -163,7 +162,7 @@ class ThreadBook:
         if target:
             fields["forked_from_entry_id"] = target
         heads = (target,) if target else ()
-        state = _new_tuple(ThreadStateNode, (fields, target or None, heads, (), 0, None))
+        state = new_tuple(ThreadStateNode, (fields, target or None, heads, (), 0, None))
         values: dict[str, Any] = {**fields, "created_at": moment, "updated_at": moment}
         values["leaf_id"] = target or ""
         meta = _META.with_fields({}, values)
@@ -205,14 +204,14 @@ class ThreadBook:
         assert meta.created_at is not None
         index = index_key(meta.created_at, thread_id)
         # (the tuples made without their Python-level __new__, every field given)
-        swap = _new_tuple(RefUpdate, (name, None, state_oid, reason, True))
-        objects = [_new_tuple(NewObject, (state_oid, _THREAD, body))]
+        swap = new_tuple(RefUpdate, (name, None, state_oid, reason, True))
+        objects = [new_tuple(NewObject, (state_oid, _THREAD, body))]
         try:
             created = commit_or_report(
                 self.store,
                 objects,
                 swap,
-                [_new_tuple(IndexUpdate, (index, "1"))],
+                [new_tuple(IndexUpdate, (index, "1"))],
                 meta,
                 tuple(linked),
                 () if expect is None else (expect,),

@@ -248,8 +248,10 @@ def _json_entry_fields(body: bytes, oid: str | None, allowed: frozenset[str]) ->
     return created_at, depth, parent, cast(str, payload), skip, turn_id
 
 
-_new_tuple = tuple.__new__
-"""Builds a NamedTuple from its fields in order without its Python-level ``__new__``."""
+new_tuple = tuple.__new__
+"""Builds a NamedTuple from all its fields, in order, without its Python-level
+``__new__`` (which binds each argument to its field by name first). The one home of this
+helper: the journal's modules that build tuples on their hot paths import it from here."""
 
 # the members an EntryNode body may hold
 _ENTRY_FIELDS = frozenset({"payload", "created_at", "depth", "parent", "skip", "turn_id"})
@@ -329,7 +331,7 @@ class EntryNode(NamedTuple):
             raise CorruptObject("entry: depth and parent disagree", oid)
         if (skip is not None) != (depth >= 2):
             raise CorruptObject("entry: skip pointer missing or unexpected", oid)
-        return _new_tuple(cls, (payload, created_at, depth, parent, skip, turn_id))
+        return new_tuple(cls, (payload, created_at, depth, parent, skip, turn_id))
 
 
 _STR_OR_NONE = frozenset({str, type(None)})
@@ -691,7 +693,7 @@ class SegmentNode(NamedTuple):
             raise CorruptObject("segment: names both a base segment and a base chain", oid)
         if (base is None and base_chain is None) != (keep == 0):
             raise CorruptObject("segment: keep and base disagree", oid)
-        return _new_tuple(cls, (messages, keep, base, base_chain))
+        return new_tuple(cls, (messages, keep, base, base_chain))
 
 
 MAX_TREE_NAME_BYTES = 4096
