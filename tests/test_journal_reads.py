@@ -346,6 +346,33 @@ def test_a_packed_path_reads_back_what_was_written(tmp_path):
     assert reopened.path("t") == written
 
 
+def test_a_full_node_cache_stays_bounded_and_paths_read_back_the_same(tmp_path, monkeypatch):
+    from cas_journal.journal import graph
+
+    j, written = _packed_thread(tmp_path, count=40)
+    j.close()
+    monkeypatch.setattr(graph, "NODE_CACHE_SIZE", 8)
+    reopened = cj.Journal.open(tmp_path / "store", durable=False)
+    assert reopened.path("t") == written
+    assert len(reopened._graph._cache) <= 8
+
+
+def test_a_thread_read_again_after_appends_extends_its_cached_path():
+    j = cj.Journal.memory()
+    j.create_thread(cj.ThreadMeta(id="a"))
+    user(j, "a", "one", now=at(1))
+    fresh = cj.Journal(j.store)
+    first = fresh.path("a")
+    user(fresh, "a", "two", now=at(2))
+    paths = fresh._reader._paths
+    second = fresh.path("a")
+    assert second[:1] == first and len(second) == 2
+    # the cached one-entry path is met on the way: its very Entry objects come first
+    assert second[0] is first[0]
+    assert paths.get(("a", second[-1].id)) is not None
+    assert cj.Journal(j.store).path("a") == second
+
+
 # -- entries shared between forks ------------------------------------------------------------
 
 

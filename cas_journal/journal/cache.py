@@ -28,6 +28,9 @@ class BoundedCache(Generic[K, V]):
         self._data: dict[K, V] = {}
         self.get: Callable[[K], V | None] = self._data.get
         """The cached value, or None (the dict's own ``get``: lookups are on hot paths)."""
+        self.data: dict[K, V] = self._data
+        """The dict itself: a caller on a hot path may store into it directly while an
+        unweighted cache holds fewer than ``limit`` values (``put``'s own first case)."""
 
     def put(self, key: K, value: V, weight: int | None = None) -> V:
         """Cache and return ``value`` (``weight``: what ``weigh`` gives for it, if the

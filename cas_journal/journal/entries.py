@@ -258,16 +258,20 @@ class EntryReader:
         """``path`` for a leaf whose path is not cached: the walk up to the nearest cached
         path of the thread (or the root), then the entries below it."""
         paths_get, entries_get, node = self._paths.get, self._entries.get, self.graph.node
+        # a thread with no path cached lately (a cold read, each fork of a listing read
+        # once) has none to meet on the way: its walk skips a lookup per entry
+        paths_cached = thread_id in self._last_leaf
         oids: list[str] = []
         found: list[Entry | None] = []
         nodes: dict[str, EntryNode] = {}
         prefix = _CachedPath((), 0)
         current = leaf
         while current:
-            known = paths_get((thread_id, current))
-            if known is not None:
-                prefix = known
-                break
+            if paths_cached:
+                known = paths_get((thread_id, current))
+                if known is not None:
+                    prefix = known
+                    break
             entry = entries_get(current)
             if entry is not None and entry.thread_id != thread_id:
                 shared = self._shared_path(entry)

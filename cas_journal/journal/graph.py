@@ -27,7 +27,10 @@ class EntryGraph:
         """Reads that keep each object's pack neighbours (the chain's next nodes) for later."""
         self._cache: BoundedCache[str, EntryNode] = BoundedCache(NODE_CACHE_SIZE)
         self._cached = self._cache.get
+        self._nodes = self._cache.data
+        """The cache's dict: ``node`` stores a node there while it is not full."""
         self._if_read = self.nearby.get_if_read
+        self._parse = EntryNode.parse
 
     def node(self, oid: str) -> EntryNode:
         """The node of an entry; ObjectNotFound or EntryNotFound (not an entry) if absent.
@@ -39,7 +42,12 @@ class EntryGraph:
             kind, body = found if found is not None else self.nearby.get(oid)
             if kind is not Kind.ENTRY:
                 raise EntryNotFound(f"object {oid} is a {kind.value}, not an entry")
-            node = self._cache.put(oid, EntryNode.parse(body, oid))
+            node = self._parse(body, oid)
+            nodes = self._nodes
+            if len(nodes) < NODE_CACHE_SIZE:
+                nodes[oid] = node  # (``BoundedCache.put``'s first case, without its call)
+            else:
+                self._cache.put(oid, node)
         return node
 
     def cached_node(self, oid: str) -> EntryNode | None:

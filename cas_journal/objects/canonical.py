@@ -142,7 +142,8 @@ def parse_json(data: bytes | str, long_ints: bool = True) -> Any:
     ``long_ints=False`` promises that the text holds no integer beyond 64 bits (the
     caller knows it, e.g. from when it encoded the text), which spares a scan.
     """
-    fast = _fast_json()
+    # (``_fast_json`` is called only until orjson is found: a parse runs per payload read)
+    fast = _fast if isinstance(_fast, ModuleType) else _fast_json()
     if fast is not None:
         try:
             value = fast.loads(data)
@@ -175,7 +176,7 @@ def parse_json_exact(data: bytes) -> Any:
       times longer);
     * else the standard parser reads it.
     """
-    fast = _fast_json()
+    fast = _fast if isinstance(_fast, ModuleType) else _fast_json()  # (see ``parse_json``)
     if fast is not None:
         try:
             value = fast.loads(data)
