@@ -1038,6 +1038,23 @@ def test_deleting_the_wal_or_its_index_under_live_writers_loses_no_acknowledged_
     assert refused and all("deleted or replaced" in line for line in refused)
 
 
+def test_file_ids_are_one_object_while_the_files_stay(tmp_path):
+    """``file_ids`` returns the very tuple it found last while the WAL and its index stay
+    the same files (a write's check compares by identity first), and a new, unequal one
+    once a file was replaced."""
+    store = LocalStore(tmp_path / "s", durable=False)
+    assert store.refs.set_if_equals("threads/a", None, "1")
+    conn = store.db.connection()
+    opened = store.db._files[id(conn)]
+    assert store.db.file_ids() is opened
+    assert store.db.current_file_ids() == opened
+    (store.root / "store.db-wal").unlink()
+    replaced = store.db.file_ids()
+    assert replaced is not opened and replaced != opened
+    assert store.db.file_ids() is replaced
+    store.close()
+
+
 @pytest.mark.parametrize("victim", ["store.db-wal", "store.db-shm"])
 def test_a_replaced_file_is_seen_when_the_directory_had_settled(tmp_path, monkeypatch, victim):
     """Once the store directory has not changed for a while, a write checks the WAL and

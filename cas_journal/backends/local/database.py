@@ -356,6 +356,10 @@ class Database:
         """The directory's (device, inode, mtime, ctime) at a check and the files then."""
         self._directory_fd = -1
         """A descriptor of the store directory (-1: none yet), see ``current_file_ids``."""
+        self._last_ids: FileIds = (None, None)
+        """What ``file_ids`` found last: it returns this very tuple while the files stay the
+        same, so the ids a connection opened and those a check finds are one object (a
+        write's check is then one identity test, not a comparison of nested tuples)."""
         self.checkpointer = Checkpointer(path, durable)
         _OPEN.add(self)
 
@@ -369,7 +373,11 @@ class Database:
                 found.append(None)
             else:
                 found.append((st.st_dev, st.st_ino))
-        return found[0], found[1]
+        ids = found[0], found[1]
+        if ids == self._last_ids:
+            return self._last_ids  # the same object: a write compares it by identity first
+        self._last_ids = ids
+        return ids
 
     def current_file_ids(self) -> FileIds:
         """``file_ids``, from one stat of the directory when it has not changed since a
@@ -582,7 +590,8 @@ class Database:
                 conn.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("BEGIN IMMEDIATE")
             try:
-                if opened is None or self.current_file_ids() != opened:
+                ids = self.current_file_ids()
+                if ids is not opened and (opened is None or ids != opened):
                     self._check_files(conn, what, after_commit=False)
                 result = work(conn)
                 cursor.execute("COMMIT")
@@ -597,7 +606,8 @@ class Database:
                         conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
             raise translate_error(exc, what, damaged) from exc
-        if opened is None or self.current_file_ids() != opened:
+        ids = self.current_file_ids()
+        if ids is not opened and (opened is None or ids != opened):
             self._check_files(conn, what, after_commit=True)
         self._writes += 1
         self._pages += pages
