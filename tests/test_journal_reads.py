@@ -129,6 +129,21 @@ def test_damaged_entry_bodies_get_the_same_answer_both_ways(node, data):
     assert _outcome(bytes(body), fast=True) == _outcome(bytes(body), fast=False)
 
 
+@given(entry_nodes(), st.data())
+def test_the_deep_entry_pattern_reads_what_the_general_one_reads(node, data):
+    body = bytearray(node.body())
+    if data.draw(st.booleans()):  # damaged, or not
+        position = data.draw(st.integers(0, len(body) - 1))
+        body[position] = data.draw(st.sampled_from(b'0a"\\{},:9Z-. \x00'))
+    text = bytes(body).decode("utf-8", "replace")
+    deep = node_module._DEEP_ENTRY.fullmatch(text)
+    general = node_module._CANONICAL_ENTRY.fullmatch(text)
+    if deep is not None:
+        assert general is not None and deep.groups() == general.groups()
+    elif general is not None:  # the general pattern's alone: one lacking depth, parent or skip
+        assert None in (general.group(2), general.group(3), general.group(5))
+
+
 @pytest.mark.parametrize(
     "body",
     [
