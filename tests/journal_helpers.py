@@ -28,6 +28,16 @@ def user(j: cj.Journal, thread: str, text: str, **kwargs) -> cj.Entry:
     )
 
 
+def save_growing_run(j: cj.Journal, run_id: str, iterations: int) -> list[dict]:
+    """Save ``iterations`` checkpoints of run ``run_id``, each adding three user messages
+    to the list before it; return the last list saved."""
+    messages: list[dict] = []
+    for i in range(iterations):
+        messages = [*messages, *({"role": "user", "content": f"{i}.{k}"} for k in range(3))]
+        j.checkpoints.save(cj.Checkpoint(run_id=run_id, iteration=i, messages=messages))
+    return messages
+
+
 def assistant(j: cj.Journal, thread: str, text: str, **kwargs) -> cj.Entry:
     """Append an assistant message."""
     return j.append(

@@ -8,7 +8,7 @@ import pytest
 from backend_contract import HOSTILE_NAMES
 from hypothesis import given
 from hypothesis import strategies as st
-from journal_helpers import ReadCounter, at, stored, typed
+from journal_helpers import ReadCounter, at, save_growing_run, stored, typed
 
 import cas_journal as cj
 from cas_journal.objects import Kind, MessageNode, canonical_json
@@ -528,11 +528,8 @@ def test_a_deleted_run_is_listed_and_restored(j):
 
 
 def test_a_new_process_reads_a_run_stored_as_rows_in_few_queries(tmp_path):
-    messages: list[dict] = []
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
-        for i in range(100):
-            messages = [*messages, *({"role": "user", "content": f"{i}.{k}"} for k in range(3))]
-            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        messages = save_growing_run(j, "r", 100)
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         statements: list[str] = []
         j.store.objects.db.connection().set_trace_callback(statements.append)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_helpers import stored, typed
+from journal_helpers import save_growing_run, stored, typed
 
 import cas_journal as cj
 from cas_journal.errors import CorruptObject
@@ -578,11 +578,8 @@ def test_a_save_on_a_deleted_runs_segment_during_gc_keeps_what_it_reaches(tmp_pa
 def test_a_load_keeps_no_segment_body_and_a_save_after_it_reads_them_again(tmp_path):
     """A new process's load leaves the segment bodies out of its memo; its first save
     reads them again to compare, so it still writes only what changed (in place too)."""
-    messages: list[dict] = []
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
-        for i in range(40):
-            messages = [*messages, *({"role": "user", "content": f"{i}.{k}"} for k in range(3))]
-            j.checkpoints.save(cj.Checkpoint(run_id="r", iteration=i, messages=messages))
+        messages = save_growing_run(j, "r", 40)
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
         loaded = j.checkpoints.load("r").messages
         assert loaded == messages
