@@ -21,7 +21,11 @@ Everything runs in one process, one system after the other, on the repository's 
 * pages per commit (``wal``): how many pages the local store's transactions write to the
   WAL for one append, one fork (history 1,000) and one batch, from the WAL's growth over
   a few commits right after it was emptied (a count, so unlike the timings it does not
-  depend on the machine's load), and the CPU time per single append.
+  depend on the machine's load), and the CPU time per single append;
+* the store's own SQL (``floor``): single appends, forks and batches on cas-journal, each
+  write transaction they ran captured and replayed alone on a copy of the store through
+  ``sqlite3`` (the store's statements and connection settings, nothing else), and the
+  time the caller spends building the ``Entry`` models it passes.
 
 Absolute figures depend on the machine and its load (recorded with the results); ratios
 to peers measured minutes apart in the same run are the figures to compare. Nothing is
@@ -52,7 +56,17 @@ APPEND_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync"
 FORK_SYSTEMS = ("cas", "cas-nd", "sqlite", "sqlite-nd", "jsonl", "jsonl-fsync", "git")
 LIST_SYSTEMS = ("cas-nd", "sqlite-nd", "jsonl")
 THREADED_SYSTEMS = ("cas", "sqlite", "jsonl-fsync")
-SECTIONS = ("raw", "single", "threaded", "batched", "forks", "first_page", "compacted", "wal")
+SECTIONS = (
+    "raw",
+    "single",
+    "threaded",
+    "batched",
+    "forks",
+    "first_page",
+    "compacted",
+    "wal",
+    "floor",
+)
 """What ``--only`` may select (default: all); ``--systems`` narrows the peers of each."""
 SIZES = {
     "small": {
@@ -311,6 +325,88 @@ def wal_pages(root: Path, batch_size: int) -> dict[str, float | None]:
         system.close()
 
 
+def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str, Any]:
+    """What the store's own SQL costs beside a whole operation: single appends, forks
+    and batches on cas-journal (each operation timed), each write transaction they ran
+    captured, then replayed alone in the same order on a copy of the store as it was
+    before them, through ``sqlite3`` with the store's connection settings and its own
+    statements (``apply_change``) and nothing else: no journal, no backend Python.
+
+    ``<op>`` is the median operation, ``<op>_sql`` the median replayed transaction (the
+    most a leaner Python layer over this schema could reach), ``caller_entry`` the
+    seconds per entry the benchmark's caller spends building the pydantic ``Entry``
+    models it passes (inside every cas-journal append figure).
+    """
+    from bench.systems.cas import CasSystem
+    from cas_journal.backends.local.commits import apply_change, now_micros
+    from cas_journal.backends.local.database import connect
+
+    name = "cas" if durable else "cas-nd"
+    singles, batch_size = messages[: len(messages) // 2], 100
+    batched = messages[len(messages) // 2 :]
+    system = _open(name, root / "store")
+    system.create_thread("t", messages[0].created_at, "floor")
+    for msg in singles[:10]:
+        system.append("t", msg)
+    system.close()
+    shutil.copytree(root / "store", root / "copy")  # the store before the timed operations
+    system = _open(name, root / "store")
+    captured: list[tuple[str, Any]] = []
+    timings: dict[str, list[float]] = {"append": [], "fork": [], "batch": []}
+
+    def timed(op: str, operation: Callable[[], Any]) -> Any:
+        phase[0] = op
+        start = time.perf_counter()
+        result = operation()
+        timings[op].append(time.perf_counter() - start)
+        return result
+
+    try:
+        committer = system.j.store.committer  # type: ignore[attr-defined]
+        submit = committer.submit
+        phase = [""]
+
+        def capture(change: Any) -> bool:
+            captured.append((phase[0], change))
+            return bool(submit(change))
+
+        committer.submit = capture
+        leaf = ""
+        for msg in singles[10:]:
+            leaf = timed("append", lambda msg=msg: system.append("t", msg))
+        for k in range(50):
+            timed("fork", lambda k=k: system.fork("t", [leaf], f"f{k}", wl.EPOCH + k))
+        for at in range(0, len(batched) - batch_size + 1, batch_size):
+            timed("batch", lambda at=at: system.append_batch("t", batched[at : at + batch_size]))
+    finally:
+        system.close()
+    conn = connect(root / "copy" / "store.db", durable)
+    replayed: dict[str, list[float]] = {}
+    try:
+        cursor = conn.cursor()
+        for op, change in captured:
+            start = time.perf_counter()
+            cursor.execute("BEGIN IMMEDIATE")
+            applied = apply_change(cursor, change, now_micros())
+            cursor.execute("COMMIT")
+            replayed.setdefault(op, []).append(time.perf_counter() - start)
+            if not applied or not change.result:
+                raise RuntimeError(f"a replayed {op} did not apply as it did in the store")
+    finally:
+        conn.close()
+    out: dict[str, Any] = {"batch_size": batch_size}
+    for op, samples in timings.items():
+        out[op] = statistics.median(samples)
+        out[f"{op}_transactions"] = len(replayed.get(op, [])) / len(samples)
+        if replayed.get(op):
+            out[f"{op}_sql"] = statistics.median(replayed[op])
+    start = time.perf_counter()
+    for msg in batched:
+        CasSystem._entry("t", msg)
+    out["caller_entry"] = (time.perf_counter() - start) / len(batched)
+    return out
+
+
 def first_page(name: str, root: Path, threads: int, repeats: int) -> dict[str, float]:
     """Median seconds for the newest 50 of ``threads`` small threads (warm)."""
     system = _open(name, root)
@@ -429,6 +525,7 @@ def run(
         "first_page": {},
         "compacted": {},
         "wal": {},
+        "floor": {},
     }
     started = time.perf_counter()
 
@@ -514,6 +611,12 @@ def run(
         doc["wal"] = _section(
             "pages per commit",
             lambda: wal_pages(scratch("wal"), min(100, wl.SCALES[scale].batch_size)),
+            errors,
+        )
+    for name in chosen(("cas", "cas-nd")) if "floor" in sections else ():
+        doc["floor"][name] = _section(
+            f"the store's own SQL {name}",
+            lambda name=name: sql_floor(scratch(f"floor-{name}"), small, name == "cas"),
             errors,
         )
     doc["machine"]["loadavg_end"] = os.getloadavg()
@@ -655,6 +758,34 @@ def report(doc: dict[str, Any]) -> str:
             )
             + " |",
         ]
+    floor = doc.get("floor") or {}
+    if floor:
+        lines += [
+            "",
+            "## The store's own SQL beside each operation",
+            "",
+            "Each operation's write transaction replayed alone (same statements, same "
+            "connection settings, same order, on a copy of the store): what SQLite and the "
+            "sync cost for this schema, the most any Python layer over it could reach. The "
+            "batch is per entry (batches of "
+            f"{next(iter(floor.values()), {}).get('batch_size', 100)}).",
+            "",
+            "| system | append | its SQL | fork | its SQL | batch, per entry | its SQL "
+            "| caller's Entry models, per entry |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, got in floor.items():
+            got = got or {}
+            size = got.get("batch_size") or 1
+            per_entry = {
+                key: got[key] / size if got.get(key) else None for key in ("batch", "batch_sql")
+            }
+            lines.append(
+                f"| {name} | {_time(got.get('append'))} | {_time(got.get('append_sql'))} | "
+                f"{_time(got.get('fork'))} | {_time(got.get('fork_sql'))} | "
+                f"{_time(per_entry['batch'])} | {_time(per_entry['batch_sql'])} | "
+                f"{_time(got.get('caller_entry'))} |"
+            )
     if doc.get("errors"):
         lines += ["", "Errors:", ""] + [f"- {k}: {v}" for k, v in doc["errors"].items()]
     return "\n".join(lines) + "\n"
