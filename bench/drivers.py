@@ -8,6 +8,7 @@ reported as missing, never estimated.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,9 @@ from . import workloads as wl
 from .measure import stopwatch, summary, timed
 from .systems.base import BATCH, System
 
-ColdRunner = Callable[[str, str], float]
-"""cold(op, thread_id) -> seconds measured inside a fresh process (open + operation)."""
+ColdRunner = Callable[[str, str], tuple[float, int]]
+"""cold(op, thread_id) -> (seconds, minor page faults) measured inside a fresh process
+(open + operation)."""
 
 
 def _stored(system: System) -> dict[str, int]:
@@ -56,13 +58,17 @@ def _warm(fn: Callable[[], object], repeats: int) -> dict[str, float]:
 
 
 def _cold(cold: ColdRunner, op: str, thread: str, runs: int) -> dict[str, float]:
-    """Up to ``runs`` fresh-process measurements of one operation (time-budgeted)."""
+    """Up to ``runs`` fresh-process measurements of one operation (time-budgeted): the
+    summary of the seconds, plus ``faults``, the median of the minor page faults."""
     samples: list[float] = []
+    faults: list[int] = []
     for _ in range(runs):
-        samples.append(cold(op, thread))
+        seconds, faulted = cold(op, thread)
+        samples.append(seconds)
+        faults.append(faulted)
         if sum(samples) > BUDGET_SECONDS:
             break
-    return summary(samples)
+    return {**summary(samples), "faults": statistics.median(faults)}
 
 
 def run_forks(system: System, scale: wl.Scale, cold: ColdRunner) -> dict[str, Any]:

@@ -297,6 +297,47 @@ def rss_section(runs: Runs) -> list[str]:
     return [*lines, ""]
 
 
+COLD_READS = (
+    ("forks", "read_all_paths_cold", "every path of the forks workload"),
+    ("forks", "read_all_paths_cold_packed", "the same, packed"),
+    ("deep", "read_path_cold", "path of the deep thread"),
+    ("deep", "read_path_cold_packed", "the same, packed"),
+    ("checkpoints", "load_cold", "load newest checkpoint"),
+    ("checkpoints", "load_cold_packed", "the same, packed"),
+)
+"""The new-process reads whose page faults ``faults_section`` shows."""
+
+
+def faults_section(runs: Runs) -> list[str]:
+    """Minor page faults of the new-process reads: the first touches of the memory a read
+    builds (on this VM each costs several microseconds, beside the work that fills it)."""
+    names = sorted({s for (w, s) in runs.by if w in {w for w, _, _ in COLD_READS}})
+    names = [s for s in names if s != "baseline"]
+    rows = []
+    for workload, key, what in COLD_READS:
+        cells = [get(runs.ok(workload, s), key, "faults") for s in names]
+        if any(cell is not None for cell in cells):
+            rows.append(
+                f"| {workload}: {what} | "
+                + " | ".join("" if cell is None else f"{cell:,.0f}" for cell in cells)
+                + " |"
+            )
+    if not rows:
+        return []
+    return [
+        "## Page faults of the new-process reads",
+        "",
+        "Minor page faults a new process took to open the store and do the read (median of "
+        "the cold runs above): each is a first touch of a page of memory, so they count what "
+        "the read builds and keeps, whatever the code that fills it.",
+        "",
+        "| read | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+        *rows,
+        "",
+    ]
+
+
 def errors_section(runs: Runs) -> list[str]:
     """Runs that failed, with the first line of their error."""
     bad = [r for r in runs.by.values() if "error" in r]
@@ -463,5 +504,6 @@ def sections(results: dict[str, Any], runs: Runs) -> list[str]:
         *checkpoints_section(runs),
         *many_section(runs),
         *rss_section(runs),
+        *faults_section(runs),
         *errors_section(runs),
     ]

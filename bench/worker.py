@@ -5,13 +5,16 @@
 
 ``run`` writes a JSON result; ``cold`` prints the seconds a fresh process needs to open
 the store and do one operation (interpreter start-up and imports excluded; the OS page
-cache is not dropped, so "cold" means a new process, not a cold disk).
+cache is not dropped, so "cold" means a new process, not a cold disk), and the minor page
+faults it took meanwhile (each first touch of a page of memory: the memory a read builds
+costs that much on top of the work that fills it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -22,8 +25,9 @@ from typing import Any
 from .measure import peak_rss_bytes
 
 
-def cold_op(system_name: str, root: Path, op: str, thread: str) -> float:
-    """Run ``op`` in a new Python process and return what it measured."""
+def cold_op(system_name: str, root: Path, op: str, thread: str) -> tuple[float, int]:
+    """Run ``op`` in a new Python process and return what it measured: seconds and minor
+    page faults."""
     cmd = [
         sys.executable,
         "-m",
@@ -43,13 +47,15 @@ def cold_op(system_name: str, root: Path, op: str, thread: str) -> float:
     )
     if done.returncode != 0:
         raise RuntimeError(f"cold {op} failed: {done.stderr.strip()[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(measured["seconds"]), int(measured["faults"])
 
 
 def _cold(args: argparse.Namespace) -> int:
     from .systems import make_system
 
     system = make_system(args.system, Path(args.root))  # imports happen before the clock
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     system.open()
     if args.op == "path":
@@ -64,8 +70,9 @@ def _cold(args: argparse.Namespace) -> int:
     else:
         system.open_thread(args.thread)
     seconds = time.perf_counter() - start
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     system.close()
-    print(json.dumps({"seconds": seconds}))
+    print(json.dumps({"seconds": seconds, "faults": faults}))
     return 0
 
 
@@ -87,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         scale = SCALES[args.scale]
 
-        def cold(op: str, thread: str) -> float:
+        def cold(op: str, thread: str) -> tuple[float, int]:
             return cold_op(args.system, root, op, thread)
 
         system.open()
