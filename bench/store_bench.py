@@ -452,7 +452,7 @@ def compacted_bytes(scale: str, root: Path, pythonpath: str | None = None) -> di
         path = root / workload
         system = _open("cas-nd", path)
         try:
-            result = driver(system, workload_scale, lambda op, thread: 0.0)
+            result = driver(system, workload_scale, lambda op, thread: (0.0, 0))
         finally:
             system.close()
         if workload == "forks":
