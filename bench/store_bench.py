@@ -5,7 +5,8 @@
 
 Everything runs in one process, one system after the other, on the repository's disk:
 
-* raw limits: one 300-byte ``write`` + ``fsync`` (and + ``fdatasync``) on a file there;
+* raw limits: one 300-byte ``write`` + ``fsync`` (and + ``fdatasync``) on a file there,
+  and the cost of a minor page fault;
 * single appends (one entry per call, small chat messages and the deep workload's
   messages), for cas-journal durable and not, SQLite rows (synchronous FULL and OFF),
   JSONL (with and without fsync) and git;
@@ -35,7 +36,9 @@ asserted.
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -141,7 +144,25 @@ def raw_limits(directory: Path, count: int = 400) -> dict[str, float]:
         out[name] = statistics.median(samples)
         out[name + "_mean"] = statistics.fmean(samples)
     path.unlink()
+    out["page_fault"] = page_fault_seconds()
     return out
+
+
+def page_fault_seconds(pages: int = 16_384) -> float:
+    """Seconds per minor page fault: the first write to each page of a fresh anonymous
+    mapping (what a process pays for every page of memory it touches first, beside the
+    work that fills it)."""
+    mapping = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        for offset in range(0, pages * mmap.PAGESIZE, mmap.PAGESIZE):
+            mapping[offset] = 1
+        seconds = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    finally:
+        mapping.close()
+    return seconds / max(faults, 1)
 
 
 def single_appends(name: str, root: Path, messages: Sequence[wl.Msg]) -> dict[str, float]:
@@ -675,7 +696,8 @@ def report(doc: dict[str, Any]) -> str:
     lines += [
         f"Raw limit: one 300-byte write + fsync {_time(fsync)} "
         f"(+ fdatasync {_time(raw.get('write_fdatasync'))}), i.e. "
-        f"{_rate(1 / fsync if fsync else None)} at most for anything that syncs per write.",
+        f"{_rate(1 / fsync if fsync else None)} at most for anything that syncs per write; "
+        f"a minor page fault (the first touch of a page of memory) {_time(raw.get('page_fault'))}.",
         "",
         "## Single appends (one entry per call)",
         "",
