@@ -346,12 +346,19 @@ def wal_pages(root: Path, batch_size: int) -> dict[str, float | None]:
         system.close()
 
 
+RESTART_EVERY = 100
+"""Replayed transactions between two (untimed) checkpoints that start the WAL over: the
+store restarts its WAL about every 1,000 frames (``RESTART_FRAMES``), so its commits
+overwrite the WAL in place, which a durable commit syncs faster than a WAL that grows."""
+
+
 def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str, Any]:
     """What the store's own SQL costs beside a whole operation: single appends, forks
     and batches on cas-journal (each operation timed), each write transaction they ran
     captured, then replayed alone in the same order on a copy of the store as it was
     before them, through ``sqlite3`` with the store's connection settings and its own
-    statements (``apply_change``) and nothing else: no journal, no backend Python.
+    statements (``apply_change``) and nothing else: no journal, no backend Python (the
+    WAL is started over every ``RESTART_EVERY`` transactions, untimed).
 
     ``<op>`` is the median operation, ``<op>_sql`` the median replayed transaction (the
     most a leaner Python layer over this schema could reach), ``caller_entry`` the
@@ -405,7 +412,9 @@ def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str
     replayed: dict[str, list[float]] = {}
     try:
         cursor = conn.cursor()
-        for op, change in captured:
+        for done, (op, change) in enumerate(captured):
+            if done % RESTART_EVERY == 0:  # untimed: the WAL starts over, as the store's does
+                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
             start = time.perf_counter()
             cursor.execute("BEGIN IMMEDIATE")
             applied = apply_change(cursor, change, now_micros())
