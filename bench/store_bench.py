@@ -381,6 +381,7 @@ def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str
     system = _open(name, root / "store")
     captured: list[tuple[str, Any]] = []
     timings: dict[str, list[float]] = {"append": [], "fork": [], "batch": []}
+    phase = [""]  # the operation running (what ``capture`` files a transaction under)
 
     def timed(op: str, operation: Callable[[], Any]) -> Any:
         phase[0] = op
@@ -392,7 +393,6 @@ def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str
     try:
         committer = system.j.store.committer  # type: ignore[attr-defined]
         submit = committer.submit
-        phase = [""]
 
         def capture(change: Any) -> bool:
             captured.append((phase[0], change))
