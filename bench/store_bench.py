@@ -35,6 +35,7 @@ asserted.
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -401,11 +402,12 @@ def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str
         committer.submit = capture
         leaf = ""
         for msg in singles[10:]:
-            leaf = timed("append", lambda msg=msg: system.append("t", msg))
+            leaf = timed("append", functools.partial(system.append, "t", msg))
         for k in range(50):
-            timed("fork", lambda k=k: system.fork("t", [leaf], f"f{k}", wl.EPOCH + k))
+            timed("fork", functools.partial(system.fork, "t", [leaf], f"f{k}", wl.EPOCH + k))
         for at in range(0, len(batched) - batch_size + 1, batch_size):
-            timed("batch", lambda at=at: system.append_batch("t", batched[at : at + batch_size]))
+            chunk = batched[at : at + batch_size]
+            timed("batch", functools.partial(system.append_batch, "t", chunk))
     finally:
         system.close()
     conn = connect(root / "copy" / "store.db", durable)
