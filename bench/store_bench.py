@@ -648,7 +648,7 @@ def run(
     for name in chosen(("cas", "cas-nd")) if "floor" in sections else ():
         doc["floor"][name] = _section(
             f"the store's own SQL {name}",
-            lambda name=name: sql_floor(scratch(f"floor-{name}"), small, name == "cas"),
+            functools.partial(sql_floor, scratch(f"floor-{name}"), small, name == "cas"),
             errors,
         )
     doc["machine"]["loadavg_end"] = os.getloadavg()
@@ -791,8 +791,9 @@ def report(doc: dict[str, Any]) -> str:
             )
             + " |",
         ]
-    floor = doc.get("floor") or {}
+    floor: dict[str, Any] = doc.get("floor") or {}
     if floor:
+        first: dict[str, Any] = next(iter(floor.values())) or {}
         lines += [
             "",
             "## The store's own SQL beside each operation",
@@ -801,7 +802,7 @@ def report(doc: dict[str, Any]) -> str:
             "connection settings, same order, on a copy of the store): what SQLite and the "
             "sync cost for this schema, the most any Python layer over it could reach. The "
             "batch is per entry (batches of "
-            f"{next(iter(floor.values()), {}).get('batch_size', 100)}).",
+            f"{first.get('batch_size', 100)}).",
             "",
             "| system | append | its SQL | fork | its SQL | batch, per entry | its SQL "
             "| caller's Entry models, per entry |",
