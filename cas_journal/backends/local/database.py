@@ -591,7 +591,8 @@ class Database:
             cursor.execute("BEGIN IMMEDIATE")
             try:
                 ids = self.current_file_ids()
-                if ids is not opened and (opened is None or ids != opened):
+                # (the same files: the same tuple object; ``opened`` None: unequal to any)
+                if ids is not opened and ids != opened:
                     self._check_files(conn, what, after_commit=False)
                 result = work(conn)
                 cursor.execute("COMMIT")
@@ -607,7 +608,7 @@ class Database:
         except sqlite3.Error as exc:
             raise translate_error(exc, what, damaged) from exc
         ids = self.current_file_ids()
-        if ids is not opened and (opened is None or ids != opened):
+        if ids is not opened and ids != opened:
             self._check_files(conn, what, after_commit=True)
         self._writes += 1
         self._pages += pages
