@@ -238,6 +238,36 @@ def test_a_database_with_a_foreign_schema_is_refused(tmp_path):
         LocalStore(tmp_path / "s")
 
 
+def test_a_new_database_has_small_pages_and_an_old_one_keeps_its_own(tmp_path):
+    """New stores get PAGE_SIZE pages; a database made with other pages (4 KiB, as earlier
+    versions made) is used as it is, and the store reports its size (``page_size``, by
+    which the committer estimates the pages a commit writes)."""
+    from cas_journal.backends import RefUpdate, new_object
+    from cas_journal.backends.local import database
+
+    with LocalStore(tmp_path / "new", durable=False) as store:
+        assert store.refs.set_if_equals("threads/t", None, "v")
+        assert store.db.page_size == database.PAGE_SIZE == 2048
+        row = store.db.row("PRAGMA page_size")
+        assert row is not None and row[0] == 2048
+    old = tmp_path / "old"
+    LocalStore(old, durable=False).close()
+    conn = sqlite3.connect(old / "store.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=DELETE")  # (SQLite changes a WAL database's pages
+    conn.execute("PRAGMA page_size=4096")  # only outside WAL mode)
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    with LocalStore(old, durable=False, create=False) as store:
+        blob = new_object(Kind.BLOB, b"x" * 10_000)
+        assert store.commit([blob], RefUpdate("threads/t", None, blob.oid))
+        assert store.db.page_size == 4096
+        assert store.objects.get(blob.oid)[1] == b"x" * 10_000
+    conn = sqlite3.connect(old / "store.db")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    conn.close()
+
+
 def test_names_never_escape_the_store(tmp_path):
     store = LocalStore(tmp_path / "s", durable=False)
     for name in ["../x", "../../escape", "/abs", "a/../../b", "..", "."]:

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 
 from ...errors import JournalError, StorageError
 from ..base import IndexUpdate, RefCheck, RefUpdate
-from .database import PAGE_SIZE, Database, FilesReplaced
+from .database import Database, FilesReplaced
 
 INSERT_OBJECT = (
     "INSERT INTO objects (oid, written, frame) VALUES (?, ?, ?) "
@@ -366,20 +366,24 @@ class Committer:
                 change.stamp = now
             return [apply_change(cursor, change, now) for change in group]
 
-        pages = _pages(group[0]) if len(group) == 1 else sum(map(_pages, group))
+        page_size = db.page_size
+        if len(group) == 1:
+            pages = _pages(group[0], page_size)
+        else:
+            pages = sum(_pages(change, page_size) for change in group)
         results = db.write(work, what, pages=pages)
         self.transactions += 1
         for change, result in zip(group, results, strict=True):
             _finish(change, result)
 
 
-def _pages(change: Change) -> int:
+def _pages(change: Change, page_size: int) -> int:
     """Roughly how many pages a change writes: a leaf of the oid index per row (oids are
     random), the rows' own bytes, and the ref, reflog and index pages."""
     size = 0
     for _, frame in change.rows:  # (a loop, not sum over a generator: most changes hold one)
         size += len(frame)
-    return len(change.rows) + size // PAGE_SIZE + 3
+    return len(change.rows) + size // page_size + 3
 
 
 def _finish(change: Change, result: bool = False, error: BaseException | None = None) -> None:

@@ -79,8 +79,9 @@ Exit: closing the store's last connection (``close``, in whichever process is th
 last user) lets SQLite copy the WAL into ``store.db`` and delete it, so the next process
 opens a store without a WAL. A process that ends without closing its stores (no
 ``close``, no ``with``) has them closed at interpreter exit (``atexit``): otherwise it
-would leave its WAL behind (up to ``RELAXED_RESTART_FRAMES`` pages, 16 MiB; 9 MiB after
-250 checkpoint saves of 750 messages without ``durable``), and the next process to open
+would leave its WAL behind (up to ``RELAXED_RESTART_FRAMES`` frames, 8 MiB with 2 KiB
+pages; with 4 KiB pages, 9 MiB after 250 checkpoint saves of 750 messages without
+``durable``), and the next process to open
 the store would read all of it to rebuild the WAL index (measured on a loaded 2-core VM:
 opening that store took 7-19 ms instead of 2, in every new process until one closed
 it). A killed process still leaves its WAL; the next process reads it as SQLite's recovery
@@ -107,7 +108,17 @@ APPLICATION_ID = 0x434A5354  # "CJST"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0
 """Seconds a statement waits for another process's write lock before giving up."""
-PAGE_SIZE = 4096
+PAGE_SIZE = 2048
+"""The page size of a database this version creates (one made with another size, such as
+the 4,096 of earlier versions, keeps its own: SQLite reads any). A commit changes a few
+bytes in each of about 9 pages (three at random keys of the oid index) and writes each
+whole to the WAL, which a durable commit then syncs: smaller pages, fewer bytes synced.
+Measured (``python -m bench store``, 8 runs alternating with 4,096, 2-core VM): durable
+single appends 1,190/s against 1,080 (median append 716 us against 792), the durable
+transactions alone (section ``floor``) 421 us against 489 for an append and 388 against
+452 for a fork; non-durable appends, batches and the forks made right after batches (which
+wait on the checkpoint of the batch) unchanged. 1,024 (a smaller alternating test) was no
+better for durable forks and made non-durable appends slower (more rows overflow a page)."""
 CACHE_KIB = 8192
 """Page cache per connection (KiB)."""
 WAL_LIMIT = 64 * 1024 * 1024
@@ -124,18 +135,19 @@ AUTOCHECKPOINT_PAGES = 16384
 """SQLite's own checkpoint inside a COMMIT, only if the background ones fall behind."""
 RESTART_FRAMES = 1024
 """WAL frames (pages) after which a writer finishes a background checkpoint so the WAL
-starts over (4 MiB with 4 KiB pages). A WAL that grows makes every durable commit's sync
-also record the file's new size; once it has started over, commits overwrite the file in
-place. Measured (same run, alternating, 2-core VM): 250 durable checkpoint saves in a new
-process and 3,000 durable appends were about 10% faster with 1,024 or 512 than with
-4,096; 512 made non-durable appends pay the finish's syncs more often."""
+starts over (2 MiB with a new store's 2 KiB pages). A WAL that grows makes every durable
+commit's sync also record the file's new size; once it has started over, commits
+overwrite the file in place. Measured (same run, alternating, 2-core VM, 4 KiB pages):
+250 durable checkpoint saves in a new process and 3,000 durable appends were about 10%
+faster with 1,024 or 512 than with 4,096; 512 made non-durable appends pay the finish's
+syncs more often."""
 RELAXED_RESTART_FRAMES = 4096
-"""``RESTART_FRAMES`` of a store that is not durable (16 MiB): its commits are never synced,
-so a WAL that grows costs them nothing, while each finish costs the writer a checkpoint's
-two syncs. Measured (alternating, loaded 2-core VM): 3,000 non-durable appends paid 12-13
-finishes with 1,024 (48-54 us per append on average), 5 with 4,096 (21 us). The WAL index
-stays small either way: the background checkpoints keep up, and readers look up only the
-frames not yet copied."""
+"""``RESTART_FRAMES`` of a store that is not durable (8 MiB of 2 KiB pages): its commits
+are never synced, so a WAL that grows costs them nothing, while each finish costs the
+writer a checkpoint's two syncs. Measured (alternating, loaded 2-core VM, 4 KiB pages):
+3,000 non-durable appends paid 12-13 finishes with 1,024 (48-54 us per append on average),
+5 with 4,096 (21 us). The WAL index stays small either way: the background checkpoints
+keep up, and readers look up only the frames not yet copied."""
 SETTLED_NS = 100_000_000
 """How old the store directory's last change must be before a file check trusts it: more
 than a tick of the kernel's file time clock (a jiffy, at most 10 ms); file systems that
@@ -351,6 +363,8 @@ class Database:
         """Write transactions so far."""
         self._pages = 0
         """Pages changed since the last checkpoint request, as the writers estimate them."""
+        self.page_size = PAGE_SIZE
+        """The database's page size (read when the first connection opens)."""
         self.directory = os.fspath(path.parent)
         self._settled: tuple[tuple[int, int, int, int], FileIds] | None = None
         """The directory's (device, inode, mtime, ctime) at a check and the files then."""
@@ -440,6 +454,7 @@ class Database:
             conn = connect(self.path, self.durable, self.read_only)
             try:  # a first read opens the WAL and its index: note which files they are
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                self.page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
             except BaseException:
                 conn.close()
                 raise
