@@ -110,9 +110,10 @@ BUSY_TIMEOUT = 30.0
 """Seconds a statement waits for another process's write lock before giving up."""
 PAGE_SIZE = 2048
 """The page size of a database this version creates (one made with another size, such as
-the 4,096 of earlier versions, keeps its own: SQLite reads any). A commit changes a few
-bytes in each of about 9 pages (three at random keys of the oid index) and writes each
-whole to the WAL, which a durable commit then syncs: smaller pages, fewer bytes synced.
+the 4,096 of earlier versions, keeps its own: SQLite reads any). An append changes a few
+bytes in each of about 9 pages of 4 KiB (11 of 2 KiB; three at random keys of the oid
+index) and writes each whole to the WAL, which a durable commit then syncs: smaller
+pages, about half the bytes synced.
 Measured (``python -m bench store``, 8 runs alternating with 4,096, 2-core VM): durable
 single appends 1,190/s against 1,080 (median append 716 us against 792), the durable
 transactions alone (section ``floor``) 421 us against 489 for an append and 388 against
