@@ -311,7 +311,8 @@ COLD_READS = (
 def faults_section(runs: Runs) -> list[str]:
     """Minor page faults of the new-process reads: the first touches of the memory a read
     builds (on this VM each costs several microseconds, beside the work that fills it)."""
-    names = sorted({s for (w, s) in runs.by if w in {w for w, _, _ in COLD_READS}})
+    workloads = {workload for workload, _, _ in COLD_READS}
+    names = sorted({s for (w, s) in runs.by if w in workloads})
     names = [s for s in names if s != "baseline"]
     rows = []
     for workload, key, what in COLD_READS:

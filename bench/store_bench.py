@@ -52,7 +52,7 @@ from typing import Any
 
 from . import drivers
 from . import workloads as wl
-from .measure import machine_info
+from .measure import machine_info, stopwatch
 from .systems import make_system
 from .systems.base import BATCH, System
 
@@ -382,32 +382,31 @@ def sql_floor(root: Path, messages: Sequence[wl.Msg], durable: bool) -> dict[str
     system = _open(name, root / "store")
     captured: list[tuple[str, Any]] = []
     timings: dict[str, list[float]] = {"append": [], "fork": [], "batch": []}
-    phase = [""]  # the operation running (what ``capture`` files a transaction under)
-
-    def timed(op: str, operation: Callable[[], Any]) -> Any:
-        phase[0] = op
-        start = time.perf_counter()
-        result = operation()
-        timings[op].append(time.perf_counter() - start)
-        return result
+    phase = ""  # the operation running (what ``capture`` files a transaction under)
 
     try:
         committer = system.j.store.committer  # type: ignore[attr-defined]
         submit = committer.submit
 
         def capture(change: Any) -> bool:
-            captured.append((phase[0], change))
+            captured.append((phase, change))
             return bool(submit(change))
 
         committer.submit = capture
         leaf = ""
+        phase = "append"
         for msg in singles[10:]:
-            leaf = timed("append", functools.partial(system.append, "t", msg))
+            with stopwatch(timings[phase]):
+                leaf = system.append("t", msg)
+        phase = "fork"
         for k in range(50):
-            timed("fork", functools.partial(system.fork, "t", [leaf], f"f{k}", wl.EPOCH + k))
+            with stopwatch(timings[phase]):
+                system.fork("t", [leaf], f"f{k}", wl.EPOCH + k)
+        phase = "batch"
         for at in range(0, len(batched) - batch_size + 1, batch_size):
             chunk = batched[at : at + batch_size]
-            timed("batch", functools.partial(system.append_batch, "t", chunk))
+            with stopwatch(timings[phase]):
+                system.append_batch("t", chunk)
     finally:
         system.close()
     conn = connect(root / "copy" / "store.db", durable)
