@@ -33,15 +33,19 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 import cas_journal as cj
 from bench.workloads import Conversation, FilePool
 from cas_journal.maintenance import pack
+
+if TYPE_CHECKING:  # the SDKs are optional extras, imported where a scenario runs
+    from agents import TResponseInputItem
+    from claude_agent_sdk import SessionKey
 
 CONTINUATION = 20
 BATCH = 10
@@ -125,7 +129,7 @@ def continuation(after: dict[str, Any], session_id: str, seed: int) -> list[dict
     return lines
 
 
-def jsonl_bytes(lines: list[dict[str, Any]]) -> tuple[int, int]:
+def jsonl_bytes(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     """Bytes of a transcript as the CLI's JSONL file, raw and zstd -3."""
     data = "".join(
         json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines
@@ -155,7 +159,7 @@ async def claude_peers(work: Path, count: int, forks: int) -> list[tuple[str, in
 
     source_id = str(uuid.UUID(int=1, version=4))
     # the SDK's fork derives the project key from the current directory
-    key = {"project_key": project_key_for_directory(None), "session_id": source_id}
+    key: SessionKey = {"project_key": project_key_for_directory(None), "session_id": source_id}
     lines = claude_lines(count, source_id)
     rng = random.Random(3)
     cuts = sorted(rng.randrange(count * 3 // 10, count) for _ in range(forks))
@@ -205,9 +209,9 @@ async def claude_peers(work: Path, count: int, forks: int) -> list[tuple[str, in
     return rows
 
 
-def openai_items(count: int, seed: int = 9) -> list[dict[str, Any]]:
+def openai_items(count: int, seed: int = 9) -> list[TResponseInputItem]:
     """Responses items built from the bench's conversation (messages, calls, outputs)."""
-    items: list[dict[str, Any]] = []
+    items: list[TResponseInputItem] = []
     conversation = Conversation(seed, FilePool(seed), 1_767_225_600.0, "openai")
     for message in conversation.stream():
         if len(items) >= count:

@@ -20,12 +20,18 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 import cas_journal as cj
 
 from . import workloads as wl
 from .systems.cas import CasSystem
+
+
+class _CallTotals(Protocol):
+    """The call count pstats.Stats sets when it loads a profile (absent from its stub)."""
+
+    total_calls: int
 
 
 def _entries(count: int) -> list[cj.Entry]:
@@ -143,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         count = run()
         profile.disable()
         stats = pstats.Stats(profile, stream=sys.stdout)
-        print(f"\n{label}: {stats.total_calls / count:.0f} function calls per operation")
+        calls = cast(_CallTotals, stats).total_calls
+        print(f"\n{label}: {calls / count:.0f} function calls per operation")
         stats.sort_stats("tottime").print_stats(20)
     return 0
 

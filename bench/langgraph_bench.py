@@ -27,18 +27,19 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import Messages, add_messages
 
 import cas_journal as cj
 from cas_journal.langgraph import CasJournalSaver
@@ -48,7 +49,7 @@ from . import textgen as tg
 from .measure import machine_info
 
 
-def fold_messages(state: list[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
+def fold_messages(state: Messages, writes: Sequence[Any]) -> Messages:
     """add_messages over a batch of writes (DeltaChannel's reducer signature)."""
     for write in writes:
         state = add_messages(state, write)
@@ -121,21 +122,27 @@ class Timed:
 
 
 def run_graph(
-    saver: BaseCheckpointSaver[Any], state: type, users: list[str], answers: list[str]
+    saver: BaseCheckpointSaver[Any],
+    schema: type[ListState | DeltaState],
+    users: list[str],
+    answers: list[str],
 ) -> tuple[Timed, list[float]]:
     """Drive the chatbot for every turn; returns the timers and each invoke's seconds."""
     timed = Timed(saver)
     model = FakeListChatModel(responses=answers)
 
-    def chatbot(values: dict[str, Any]) -> dict[str, Any]:
-        return {"messages": [model.invoke(values["messages"])]}
+    # a union, not a class: LangGraph infers no input schema from it (nor from a dict)
+    def chatbot(state: ListState | DeltaState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
 
-    builder = StateGraph(state)
+    # Any: the input below is message dicts, which LangGraph coerces into the schema's
+    # messages (the schemas declare the coerced type)
+    builder: StateGraph[Any] = StateGraph(schema)
     builder.add_node("chatbot", chatbot)
     builder.add_edge(START, "chatbot")
     builder.add_edge("chatbot", END)
     graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "bench"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "bench"}}
     turns = []
     for text in users:
         started = time.perf_counter()
@@ -156,7 +163,7 @@ def timed_once(action: Callable[[], Any], repeat: int = 20) -> list[float]:
     return seconds
 
 
-def sqlite_system(root: Path, delta: bool) -> Iterator[dict[str, Any]]:
+def sqlite_system(root: Path, delta: bool) -> Generator[dict[str, Any], None, None]:
     path = root / "checkpoints.sqlite"
     conn = sqlite3.connect(path, check_same_thread=False)
     saver = SqliteSaver(conn)
@@ -197,12 +204,12 @@ def sqlite_system(root: Path, delta: bool) -> Iterator[dict[str, Any]]:
     conn.close()
 
 
-def cas_system(root: Path, durable: bool) -> Iterator[dict[str, Any]]:
+def cas_system(root: Path, durable: bool) -> Generator[dict[str, Any], None, None]:
     journal = cj.Journal.open(root / "store", durable=durable)
     saver = CasJournalSaver(journal)
     yield {"saver": saver, "state": ListState}
     before = du(root)
-    config = {"configurable": {"thread_id": "bench"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "bench"}}
     copies = iter(range(10**6))
     copy_seconds = timed_once(lambda: saver.copy_thread("bench", f"copy-{next(copies)}"))
     copied = saver.get_tuple({"configurable": {"thread_id": "copy-0"}})
@@ -231,7 +238,7 @@ def cas_system(root: Path, durable: bool) -> Iterator[dict[str, Any]]:
     }
 
 
-SYSTEMS: dict[str, tuple[str, Callable[[Path], Iterator[dict[str, Any]]]]] = {
+SYSTEMS: dict[str, tuple[str, Callable[[Path], Generator[dict[str, Any], None, None]]]] = {
     "sqlite": ("SqliteSaver (messages: add_messages)", lambda r: sqlite_system(r, False)),
     "sqlite-delta": (
         "SqliteSaver, messages as DeltaChannel (beta)",

@@ -136,10 +136,10 @@ def make_all(results: dict[str, Any], runs: Runs, out: Path) -> list[Path]:
         names = [s for s in systems if s != "baseline"]
         single = [runs.ok("deep", s)["appends_per_s"] for s in names]  # type: ignore[index]
         batched = [runs.ok("deep", s).get("batched_appends_per_s") or 0 for s in names]  # type: ignore[union-attr]
-        xs = range(len(names))
-        ax.bar([x - 0.2 for x in xs], single, width=0.4, label="single appends")
-        ax.bar([x + 0.2 for x in xs], batched, width=0.4, label="batched (0 = no batching)")
-        ax.set_xticks(list(xs), names, rotation=30, fontsize=8)
+        pos = range(len(names))
+        ax.bar([x - 0.2 for x in pos], single, width=0.4, label="single appends")
+        ax.bar([x + 0.2 for x in pos], batched, width=0.4, label="batched (0 = no batching)")
+        ax.set_xticks(list(pos), names, rotation=30, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("entries appended per second (log)")
         ax.grid(True, axis="y", which="both", alpha=0.3)
@@ -149,13 +149,13 @@ def make_all(results: dict[str, Any], runs: Runs, out: Path) -> list[Path]:
     systems = [s for s in runs.systems("many") if runs.ok("many", s)]
     if systems:
         fig, ax = plt.subplots(figsize=(8, 4.4))
-        xs = range(len(systems))
+        pos = range(len(systems))
         for offset, key, label in ((-0.2, "list_warm", "warm"), (0.2, "list_cold", "cold")):
             values = [
                 (runs.ok("many", s) or {}).get(key, {}).get("median", 0) * 1e3 for s in systems
             ]
-            ax.bar([x + offset for x in xs], values, width=0.4, label=label)
-        ax.set_xticks(list(xs), systems, rotation=30, fontsize=8)
+            ax.bar([x + offset for x in pos], values, width=0.4, label=label)
+        ax.set_xticks(list(pos), systems, rotation=30, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("first page of 50 threads, ms (log)")
         ax.grid(True, axis="y", which="both", alpha=0.3)

@@ -7,6 +7,7 @@ from typing import Any
 
 from .report import (
     KEEPS_HISTORY,
+    Cell,
     Runs,
     fmt_bytes,
     fmt_rate,
@@ -18,7 +19,12 @@ from .report import (
 )
 
 
-def _median(*keys: str) -> Any:
+def _cell(*keys: str) -> Cell:
+    """The column getter reading ``m[keys[0]][keys[1]]...`` (None where absent)."""
+    return lambda m: get(m, *keys)
+
+
+def _median(*keys: str) -> Cell:
     return lambda m: get(m, *keys, "median")
 
 
@@ -105,9 +111,8 @@ def forks_section(runs: Runs) -> list[str]:
         "(apparent); `du` = allocated blocks (4 KiB per small file on ext4).",
         "",
     ]
-    cols = [
-        (f"after {p} forks", (lambda m, p=p: get(m, "snapshots", str(p), "bytes")), fmt_bytes)
-        for p in points
+    cols: list[tuple[str, Cell, Callable[[Any], str]]] = [
+        (f"after {p} forks", _cell("snapshots", str(p), "bytes"), fmt_bytes) for p in points
     ]
     cols += [
         ("du at end", lambda m: get(m, "stored", "du"), fmt_bytes),
@@ -188,10 +193,7 @@ def deep_section(runs: Runs) -> list[str]:
     lines += table(
         runs,
         "deep",
-        [
-            (f"H={h:,}", (lambda m, h=h: get(m, "fork_by_history", str(h), "median")), fmt_time)
-            for h in hist
-        ],
+        [(f"H={h:,}", _median("fork_by_history", str(h)), fmt_time) for h in hist],
     )
     return [*lines, ""]
 

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from . import drivers
 from . import workloads as wl
@@ -72,7 +72,23 @@ SECTIONS = (
     "floor",
 )
 """What ``--only`` may select (default: all); ``--systems`` narrows the peers of each."""
-SIZES = {
+
+
+class Sizes(TypedDict):
+    """One scale's workload sizes (see SIZES)."""
+
+    appends: int
+    deep: int
+    git: int
+    threaded: int
+    batches: int
+    history: tuple[int, ...]
+    threads: int
+    forks: int
+    pages: int
+
+
+SIZES: dict[str, Sizes] = {
     "small": {
         "appends": 400,
         "deep": 200,
@@ -514,7 +530,17 @@ def _checkpoint_logical(scale: wl.Scale) -> int:
     return total
 
 
-def _section(label: str, fn: Callable[[], Any], errors: dict[str, str]) -> Any:
+class _Section(Protocol):
+    """One section's measurement, called with no arguments.
+
+    A Protocol rather than ``Callable[[], Any]``: the lambdas passed bind loop variables as
+    default arguments, and mypy infers such a lambda only without a Callable context.
+    """
+
+    def __call__(self) -> Any: ...
+
+
+def _section(label: str, fn: _Section, errors: dict[str, str]) -> Any:
     log(f"[store] {label} ...")
     start = time.perf_counter()
     try:

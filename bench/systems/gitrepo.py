@@ -16,13 +16,19 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from ..workloads import CheckpointStep, Msg, SmallThread
 from .base import CHECKPOINTS, JOURNAL, System, entry_type, message_dict
+
+if TYPE_CHECKING:
+    # NewTypes of bytes in dulwich's annotations (absent from older dulwich at run time);
+    # the casts to them below only label bytes
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
 
 AUTHOR = b"agent <agent@example.invalid>"
 FILE_MODE = 0o100644
@@ -57,10 +63,10 @@ class GitSystem(System):
         self.repo.close()
 
     @staticmethod
-    def _ref(thread_id: str) -> bytes:
-        return b"refs/heads/" + thread_id.encode()
+    def _ref(thread_id: str) -> Ref:
+        return cast("Ref", b"refs/heads/" + thread_id.encode())
 
-    def _commit(self, msg: Msg, parent: bytes | None) -> Commit:
+    def _commit(self, msg: Msg, parent: ObjectID | None) -> Commit:
         blob = Blob.from_string(json.dumps(message_dict(msg)).encode())
         tree = Tree()
         tree.add(b"payload.json", FILE_MODE, blob.id)
@@ -81,7 +87,7 @@ class GitSystem(System):
     def append(self, thread_id: str, msg: Msg) -> str:
         ref = self._ref(thread_id)
         try:
-            parent: bytes | None = self.repo.refs[ref]
+            parent: ObjectID | None = self.repo.refs[ref]
         except KeyError:
             parent = None
         commit = self._commit(msg, parent)
@@ -91,39 +97,42 @@ class GitSystem(System):
             ok = self.repo.refs.set_if_equals(ref, parent, commit.id)
         if not ok:
             raise RuntimeError(f"lost a race on {ref!r}")
-        return commit.id.decode()
+        commit_id: bytes = commit.id  # bytes also where dulwich is absent (then Commit is Any)
+        return commit_id.decode()
 
     def fork(
         self, source: str, prefix_ids: list[str], thread_id: str, created_at: float
     ) -> list[str]:
-        self.repo.refs.add_if_new(self._ref(thread_id), prefix_ids[-1].encode())
+        # the ids are the hex commit ids append returned
+        self.repo.refs.add_if_new(self._ref(thread_id), cast("ObjectID", prefix_ids[-1].encode()))
         return list(prefix_ids)
 
     def read_path(self, thread_id: str) -> int:
-        sha: bytes | None = self.repo.refs[self._ref(thread_id)]
+        sha: ObjectID | None = self.repo.refs[self._ref(thread_id)]
         chars = 0
+        # the object store returns ShaFile; this peer's layout fixes each object's kind
         while sha is not None:
-            commit = self.store[sha]
-            tree = self.store[commit.tree]
+            commit = cast(Commit, self.store[sha])
+            tree = cast(Tree, self.store[commit.tree])
             _, blob_id = tree[b"payload.json"]
-            chars += len(json.loads(self.store[blob_id].data)["content"])
+            chars += len(json.loads(cast(Blob, self.store[blob_id]).data)["content"])
             sha = commit.parents[0] if commit.parents else None
         return chars
 
     def list_page(self, limit: int = 50) -> list[str]:
         heads = []
-        for name in self.repo.refs.keys(base=b"refs/heads/"):
-            commit = self.store[self.repo.refs[b"refs/heads/" + name]]
+        for name in self.repo.refs.keys(base=cast("Ref", b"refs/heads/")):
+            commit = cast(Commit, self.store[self.repo.refs[cast("Ref", b"refs/heads/" + name)]])
             heads.append((-commit.commit_time, name.decode()))
         heads.sort()
         return [name for _, name in heads[:limit]]
 
     def bulk_threads(self, threads: Iterable[SmallThread]) -> int:
         """Objects as usual, refs written once into packed-refs (as git itself would)."""
-        refs: dict[bytes, bytes] = {}
+        refs: dict[Ref, ObjectID] = {}
         self.store.fsync_object_files = False  # bulk load: no fsync, like every peer here
         for t in threads:
-            parent = None
+            parent: ObjectID | None = None
             for msg in t.messages:
                 parent = self._commit(msg, parent).id
             assert parent is not None
@@ -154,9 +163,9 @@ class GitSystem(System):
         root = Tree()
         root.add(b"meta.json", FILE_MODE, meta.id)
         root.add(b"messages", DIR_MODE, listing.id)
-        ref = b"refs/runs/" + run_id.encode()
+        ref = cast("Ref", b"refs/runs/" + run_id.encode())
         try:
-            parent: bytes | None = self.repo.refs[ref]
+            parent: ObjectID | None = self.repo.refs[ref]
         except KeyError:
             parent = None
         commit = Commit()
@@ -171,10 +180,15 @@ class GitSystem(System):
         self.repo.refs[ref] = commit.id
 
     def load_checkpoint(self, run_id: str) -> int:
-        commit = self.store[self.repo.refs[b"refs/runs/" + run_id.encode()]]
-        _, listing_id = self.store[commit.tree][b"messages"]
-        listing = self.store[listing_id]
-        return sum(1 for item in listing.items() if json.loads(self.store[item.sha].data))
+        # a run's commit, its root tree, the messages tree, and blobs (see save_checkpoint)
+        commit = cast(
+            Commit, self.store[self.repo.refs[cast("Ref", b"refs/runs/" + run_id.encode())]]
+        )
+        _, listing_id = cast(Tree, self.store[commit.tree])[b"messages"]
+        listing = cast(Tree, self.store[listing_id])
+        return sum(
+            1 for item in listing.items() if json.loads(cast(Blob, self.store[item.sha]).data)
+        )
 
     def compact(self) -> None:
         self.repo.close()

@@ -16,6 +16,7 @@ import operator
 import sqlite3
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -78,7 +79,7 @@ class LangGraphSystem(System):
     ) -> None:
         first, *rest = step.new_messages
         self.pending = rest
-        config = {"configurable": {"thread_id": run_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": run_id}}
         self.graph.invoke({"messages": [first]}, config, durability="sync")
 
     def load_checkpoint(self, run_id: str) -> int:
