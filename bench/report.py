@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
+from .sections import published
 from .systems import CAS_FOR
 
 ORDER = (
@@ -189,5 +190,6 @@ def write_report(results: dict[str, Any], out: Path, name: str = "RESULTS.md") -
     if made:
         lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in made] + [""]
     path = out / name
-    path.write_text("\n".join(lines) + "\n")
+    kept = published(path.read_text()) if path.exists() else []
+    path.write_text("\n".join(lines) + "\n" + "".join("\n" + block for block in kept))
     return path
