@@ -47,7 +47,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote
 
@@ -61,9 +61,8 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from ..errors import ConflictError, EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
+from ..errors import EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
 from ..journal import Entry, EntryType, Journal, ThreadMeta
-from ..objects import utc_now
 
 ENTRY_KEY = "claude_agent_sdk.entry"
 """The metadata key of a transcript line's entry: the line as canonical JSON."""
@@ -71,7 +70,6 @@ SUMMARY_KEY = "claude_agent_sdk.summary"
 """The metadata key of a sidecar entry: the summary's ``data`` as canonical JSON."""
 TRANSCRIPTS = "claude-agent-sdk"
 SUMMARIES = "claude-agent-sdk-summary"
-_COMMIT_ATTEMPTS = 8
 _CACHED_TRANSCRIPTS = 64
 """Transcripts whose uuids a store keeps in memory for the idempotency check."""
 _T = TypeVar("_T")
@@ -152,26 +150,29 @@ class CasJournalSessionStore(SessionStore):
         encoded = [(line, line_entry(line)) for line in lines]  # refuse bad input first
         with contextlib.suppress(ThreadExists):  # it may exist already: fine
             self.journal.create_thread(ThreadMeta(id=thread_id))
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                with self.journal.batch(thread_id) as batch:
-                    known = self._known_uuids(thread_id)
-                    fresh = []
-                    for line, entry in encoded:
-                        line_uuid = line.get("uuid")
-                        if isinstance(line_uuid, str):
-                            if line_uuid in known:
-                                continue
-                            known.add(line_uuid)
-                        batch.append(entry)
-                        fresh.append(line)
-                if batch.entries:
-                    self._remember(thread_id, batch.entries[-1].id, known)
-                return fresh
-            except ConflictError:
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        fresh: list[SessionStoreEntry] = []
+        known: set[str] = set()
+
+        def missing() -> list[Entry]:
+            """The lines whose uuid the transcript lacks (decided at each attempt)."""
+            known.clear()
+            known.update(self._known_uuids(thread_id))
+            fresh.clear()
+            chosen = []
+            for line, entry in encoded:
+                line_uuid = line.get("uuid")
+                if isinstance(line_uuid, str):
+                    if line_uuid in known:
+                        continue
+                    known.add(line_uuid)
+                chosen.append(entry)
+                fresh.append(line)
+            return chosen
+
+        appended = self.journal.append_many(thread_id, missing)
+        if appended:
+            self._remember(thread_id, appended[-1].id, known)
+        return fresh
 
     def _known_uuids(self, thread_id: str) -> set[str]:
         """The uuids of the lines on the transcript's path (cached while the leaf stays)."""
@@ -201,30 +202,28 @@ class CasJournalSessionStore(SessionStore):
         return None if text is None else cast(dict[str, Any], json.loads(text))
 
     def _fold_summary(self, key: SessionKey, lines: list[SessionStoreEntry]) -> None:
-        """Fold lines into the sidecar with a compare-and-swap (a batch that conflicts if
-        another writer moved the sidecar since it was read)."""
+        """Fold lines into the sidecar in one commit (``Journal.append_many``: folded again
+        into the sidecar as it is then if another writer moved it meanwhile)."""
         thread_id = summary_thread_id(key)
         with contextlib.suppress(ThreadExists):
             self.journal.create_thread(ThreadMeta(id=thread_id))
         written = self.journal.thread(thread_id_for(key)).updated_at
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                with self.journal.batch(thread_id) as batch:
-                    data = self._read_summary(thread_id)
-                    prev = None
-                    if data is not None:
-                        prev = SessionSummaryEntry(session_id=key["session_id"], mtime=0, data=data)
-                    folded = fold_session_summary(prev, key, lines)
-                    now = utc_now()
-                    entry = Entry(
-                        type=EntryType.CUSTOM,
-                        metadata={SUMMARY_KEY: _encode(folded["data"], "session summary")},
-                    )
-                    batch.append(entry, now=max(now, written) if written else now)
-                return
-            except ConflictError:
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise
+
+        def folded() -> list[Entry]:
+            """The sidecar entry folding ``lines`` into the summary as it is now."""
+            data = self._read_summary(thread_id)
+            prev = None
+            if data is not None:
+                prev = SessionSummaryEntry(session_id=key["session_id"], mtime=0, data=data)
+            summary = fold_session_summary(prev, key, lines)
+            entry = Entry(
+                type=EntryType.CUSTOM,
+                metadata={SUMMARY_KEY: _encode(summary["data"], "session summary")},
+            )
+            return [entry]
+
+        now = datetime.now(UTC)
+        self.journal.append_many(thread_id, folded, now=max(now, written) if written else now)
 
     def _append(self, key: SessionKey, lines: list[SessionStoreEntry]) -> None:
         fresh = self._commit_lines(thread_id_for(key), lines)

@@ -15,7 +15,8 @@ Mapping:
   ``add_items``); each item is one ``custom`` entry holding the item's JSON (keys sorted)
   in its metadata under ``ITEM_KEY``; the items are the path's entries that hold one,
   in order (other entries on the thread are skipped);
-- ``add_items`` appends all its items in one commit;
+- ``add_items`` appends all its items in one commit (``Journal.append_many``: another
+  writer's items that got there first come before them);
 - ``pop_item`` moves the thread's leaf back before the last item and returns the item:
   the entry stays in the thread's history (``journal.entries``), and ``restore`` moves
   the leaf forward to it again;
@@ -48,12 +49,11 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 from agents.run_context import RunContextWrapper
 
-from ..errors import ConflictError, EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
+from ..errors import EntryNotFound, InvalidInputError, ThreadExists, ThreadNotFound
 from ..journal import Entry, EntryType, Journal, ThreadMeta
 
 ITEM_KEY = "openai_agents.item"
 """The metadata key of an item entry: the item as canonical JSON."""
-_COMMIT_ATTEMPTS = 8
 
 
 def item_entry(item: TResponseInputItem) -> Entry:
@@ -139,15 +139,7 @@ class CasJournalSession:
 
     def _add(self, entries: list[Entry]) -> None:
         self._ensure_thread()
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                with self.journal.batch(self.session_id) as batch:
-                    for entry in entries:
-                        batch.append(entry)
-                return
-            except ConflictError:
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise
+        self.journal.append_many(self.session_id, entries)
 
     async def add_items(
         self, items: list[TResponseInputItem], wrapper: RunContextWrapper[Any] | None = None

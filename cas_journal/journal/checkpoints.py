@@ -59,7 +59,7 @@ from ..objects import (
 )
 from .cache import BoundedCache
 from .chains import ChainMemo, MessagesImage, encode_save, read_list
-from .commit import MAX_ATTEMPTS, commit_or_report, pause
+from .commit import commit_or_report, retries
 from .entries import collector_paused
 from .models import Checkpoint
 from .nearby import NearbyObjects
@@ -253,7 +253,10 @@ class CheckpointStore:
         # what the memo's chain and prompt share with the new one is stored and reachable
         # from the memo's checkpoint; only if that is the head we swap is it safe from gc
         based_on_head = memo.checkpoint is not None and memo.checkpoint == head
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in retries(f"run {checkpoint.run_id!r} kept changing; checkpoint not saved"):
+            if attempt:
+                head = self._head(checkpoint.run_id)
+                based_on_head = False
             reused = chain.reused
             if not based_on_head and reused is not None and self.store.objects.freshen([reused]):
                 chain = encode_save(checkpoint.messages, ChainMemo(None), segments)
@@ -283,10 +286,7 @@ class CheckpointStore:
                 chain.memo.checkpoint, chain.memo.prompt = oid, prompt_oid
                 self._memos.put(checkpoint.run_id, chain.memo)
                 return saved
-            head = self._head(checkpoint.run_id)
-            based_on_head = False
-            pause(attempt)
-        raise ConflictError(f"run {checkpoint.run_id!r} kept changing; checkpoint not saved")
+        raise AssertionError("unreachable: retries raises when the rounds run out")
 
     # -- reading -------------------------------------------------------------------------
 
@@ -348,7 +348,7 @@ class CheckpointStore:
         """Remove the run's ref (idempotent; ``restore`` brings it back until gc expires
         its reflog)."""
         name = checkpoint_ref(run_id)
-        while True:
+        for _ in retries(f"run {run_id!r} kept changing; not deleted"):
             current = self.store.refs.read_ref(name)
             if current is None or commit_or_report(
                 self.store, [], RefUpdate(name, current, None, "delete")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..backends import IndexUpdate, NewObject, RefCheck, RefUpdate, Store
@@ -48,6 +48,19 @@ def pause(attempt: int) -> None:
     """Back off a little after the second lost race in a row (random, capped at 50 ms)."""
     if attempt >= 2:
         time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+
+
+def retries(gave_up: str, attempts: int = MAX_ATTEMPTS) -> Iterator[int]:
+    """The one retry loop of optimistic commits: ``for attempt in retries(...)``, each
+    round reading what it changes, building the change and trying its compare-and-swap,
+    and leaving the loop when it won. Yields 0, 1, ... with a short random pause before
+    each round after a few lost ones, and raises ConflictError(``gave_up``) when the
+    rounds run out."""
+    for attempt in range(attempts):
+        if attempt:
+            pause(attempt - 1)
+        yield attempt
+    raise ConflictError(f"{gave_up}; gave up after {attempts} tries")
 
 
 def commit_or_report(
@@ -90,7 +103,7 @@ def commit(
     if head is None:
         head = states.last(thread_id)
         remembered = head is not None
-    for attempt in range(MAX_ATTEMPTS):
+    for _ in retries(f"thread {thread_id!r} kept changing under {reason}"):
         if head is None:
             head = states.read(thread_id)
             remembered = False
@@ -114,10 +127,7 @@ def commit(
             made = new_tuple(ThreadHead, (thread_id, state_oid, update.state))
             return update, states.remember(made)
         head = None
-        pause(attempt)
-    raise ConflictError(
-        f"thread {thread_id!r} kept changing under {reason}; gave up after {MAX_ATTEMPTS} tries"
-    )
+    raise AssertionError("unreachable: retries raises when the rounds run out")
 
 
 def _reads_back(store: Store, swap: RefUpdate) -> bool:

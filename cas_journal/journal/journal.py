@@ -10,7 +10,7 @@ change is one ``Store.commit``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Unpack
@@ -21,6 +21,7 @@ from ..errors import EntryNotFound, JournalError, ObjectNotFound
 from ..objects import EntryNode, is_oid
 from .batch import Batch
 from .checkpoints import CheckpointStore
+from .commit import retries
 from .entries import EntryReader
 from .graph import EntryGraph
 from .leases import LeaseTable
@@ -28,7 +29,7 @@ from .models import Entry, ForkPosition, ThreadMeta, TurnLease
 from .snapshot import ThreadSnapshot
 from .state import ThreadStates
 from .threads import DamagedThread, SourceMoved, ThreadBook, generate_thread_id
-from .writer import ThreadWriter
+from .writer import LeafMoved, ThreadWriter
 
 __all__ = ["Journal", "generate_thread_id"]
 
@@ -192,6 +193,36 @@ class Journal:
         appending the same content under the same parent at the same time is a no-op.
         """
         return self._writer.append(entry, parent_id, now)
+
+    def append_many(
+        self,
+        thread_id: str,
+        entries: Sequence[Entry] | Callable[[], Sequence[Entry]],
+        *,
+        reparent: bool = True,
+        now: datetime | None = None,
+    ) -> list[Entry]:
+        """Append entries after the thread's leaf, each the parent of the next, in one
+        commit; returns them as stored (none: nothing is written).
+
+        If another writer moves the leaf meanwhile, the entries are built again on the
+        new leaf and committed (``reparent=False``: ConflictError instead), as ``append``
+        does for one entry. ``entries`` may be a function returning them, called again
+        at each attempt after the thread is read, for a choice that depends on what the
+        thread holds then (the entries not already there, say).
+        """
+        for _ in retries(f"thread {thread_id!r} kept moving; entries not appended"):
+            batch = Batch(self._writer, thread_id)
+            try:
+                with batch:
+                    for entry in entries() if callable(entries) else entries:
+                        batch.append(entry, now=now)
+            except LeafMoved:
+                if not reparent:
+                    raise
+                continue
+            return batch.entries
+        raise AssertionError("unreachable: retries raises when the rounds run out")
 
     def batch(self, thread_id: str) -> Batch:
         """Group many appends into one commit: ``with j.batch("t") as b: b.append(...)``."""

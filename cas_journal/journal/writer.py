@@ -22,6 +22,10 @@ from .models import Entry
 from .state import ThreadHead, ThreadStates
 
 
+class LeafMoved(ConflictError):
+    """A batch's thread got a new leaf from another writer: nothing was committed."""
+
+
 class ThreadWriter:
     """Appends entries to threads and moves their leaves."""
 
@@ -91,7 +95,7 @@ class ThreadWriter:
 
         def build(head: ThreadHead) -> Update:
             if head.state_oid != base.state_oid and head.leaf != base.leaf:
-                raise ConflictError(
+                raise LeafMoved(
                     f"thread {thread_id!r} moved during the batch; nothing was committed"
                 )
             heads = set(head.state.heads)

@@ -45,6 +45,7 @@ from pydantic import BaseModel, Field
 from ..backends import IndexUpdate, NewObject, RefUpdate, Store
 from ..errors import ConflictError, CorruptObject, InvalidInputError, ObjectNotFound
 from ..journal.checkpoints import merge_checkpoints
+from ..journal.commit import retries
 from ..journal.state import (
     index_key,
     merge_thread_states,
@@ -228,7 +229,8 @@ class _Syncer:
 
     def _update(self, plan: _Plan) -> tuple[str, str]:
         current = plan.current
-        for attempt in range(MAX_REF_ATTEMPTS):
+        gave_up = f"destination ref {plan.name!r} kept changing; sync it again"
+        for attempt in retries(gave_up, MAX_REF_ATTEMPTS):
             if attempt:
                 current = self.dst.refs.read_ref(plan.name)
             if current == plan.value:
@@ -262,7 +264,7 @@ class _Syncer:
             index = self._index_updates(plan, new, current, objects)
             if self.dst.commit(objects, RefUpdate(plan.name, current, new, reason), index):
                 return plan.name, outcome
-        raise ConflictError(f"destination ref {plan.name!r} kept changing; sync it again")
+        raise AssertionError("unreachable: retries raises when the rounds run out")
 
     def _check_tip(self, plan: _Plan) -> None:
         """The ref's value must agree with its name (whether copied now or not)."""
