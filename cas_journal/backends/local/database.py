@@ -356,6 +356,8 @@ class Database:
         self.read_only = read_only
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []
+        """Connections of finished threads, for the next new thread."""
         self._files: dict[int, FileIds] = {}
         """The WAL and WAL-index files each connection (by ``id``) opened."""
         self._cursors: dict[int, sqlite3.Cursor] = {}
@@ -428,13 +430,25 @@ class Database:
     # -- connections --------------------------------------------------------------------
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (opened on first use)."""
+        """This thread's connection (on first use, one a finished thread left, else a new
+        one: a host that runs each call in a new thread, as LangGraph's executors do,
+        neither opens a connection per thread nor keeps the dead threads' open)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._open()
+            with self._guard:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._open()
             self._local.conn = conn
-            self._local.cursor = None
+            self._local.cursor = self._cursors.get(id(conn))
+            self._local.returned = _ReturnedAtExit(self, conn)
         return conn
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        """(The thread that used ``conn`` is gone.) Keep it for another thread."""
+        with self._guard:
+            if conn in self._connections and not conn.in_transaction:
+                self._idle.append(conn)
 
     def cursor(self) -> sqlite3.Cursor:
         """This thread's cursor on its connection (made on first use). A write's
@@ -500,6 +514,8 @@ class Database:
         with self._guard:
             with contextlib.suppress(ValueError):
                 self._connections.remove(conn)
+            with contextlib.suppress(ValueError):
+                self._idle.remove(conn)
             self._files.pop(id(conn), None)
             cursor = self._cursors.pop(id(conn), None)
         if getattr(self._local, "conn", None) is conn:
@@ -511,6 +527,7 @@ class Database:
         with contextlib.suppress(Exception):
             _INHERITED.extend(self._connections)
         self._connections = []
+        self._idle = []
         self._cursors = {}
         self._local = threading.local()
         self._guard = threading.Lock()
@@ -523,6 +540,7 @@ class Database:
         self.checkpointer = Checkpointer(self.path, self.durable)  # the store stays usable
         with self._guard:
             connections, self._connections = self._connections, []
+            self._idle = []
             files, self._files = self._files, {}
             cursors, self._cursors = self._cursors, {}
             directory_fd, self._directory_fd = self._directory_fd, -1
@@ -635,6 +653,23 @@ class Database:
             self._pages = 0
             self.checkpointer.request()
         return result
+
+
+class _ReturnedAtExit:
+    """Kept in a thread's local data beside its connection: when the thread ends and its
+    local data goes, the connection goes back to the database for another thread."""
+
+    __slots__ = ("conn", "database")
+
+    def __init__(self, database: Database, conn: sqlite3.Connection) -> None:
+        self.database = weakref.ref(database)
+        self.conn = conn
+
+    def __del__(self) -> None:
+        database = self.database()
+        if database is not None:
+            with contextlib.suppress(Exception):  # (never raise from a finalizer)
+                database._release(self.conn)
 
 
 def _close(conn: sqlite3.Connection, cursor: sqlite3.Cursor | None) -> None:
