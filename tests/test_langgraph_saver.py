@@ -25,6 +25,7 @@ from langgraph_app import build, user_texts
 import cas_journal as cj
 from cas_journal.errors import CorruptObject, InvalidInputError, ThreadExists
 from cas_journal.langgraph import CasJournalSaver
+from cas_journal.langgraph.values import LEAF_SIZE
 from cas_journal.maintenance import fsck, gc, stats, sync
 from cas_journal.objects import Kind
 
@@ -94,8 +95,9 @@ def test_every_message_is_stored_once_however_many_checkpoints_hold_it() -> None
     gc(journal.store, prune_now=True)  # records replaced by later writes are garbage
     # 2 messages per turn, each once; one graph-input blob per turn; nothing else
     assert kinds(journal)["blob"] == 3 * turns
-    assert kinds(journal)["tree"] == 4 * turns  # one record per checkpoint
-    assert kinds(journal)["message"] == 1  # the first list's node; later lists extend it
+    # one record per checkpoint, plus a leaf per LEAF_SIZE messages of the list
+    assert kinds(journal)["tree"] == 4 * turns + (2 * turns) // LEAF_SIZE
+    assert kinds(journal)["message"] == 0  # lists are in leaves
     latest = saver.get_tuple(thread)
     assert latest is not None and len(latest.checkpoint["channel_values"]["messages"]) == 2 * turns
 
@@ -146,8 +148,8 @@ def test_pending_writes_come_back_in_langgraph_order() -> None:
 
 
 def records_in_chain(saver: CasJournalSaver, thread: str) -> int:
-    head = saver.records.head(f"langgraph/{thread}/")
-    return len(list(saver.records.chain(head)))
+    head = saver.chains.head(f"langgraph/{thread}/")
+    return len(list(saver.chains.chain(head)))
 
 
 def test_late_writes_for_old_checkpoints_are_kept() -> None:
@@ -341,8 +343,8 @@ def test_a_store_that_lies_is_caught() -> None:
         return (kind, b'{"data":{"id":7}}') if kind is Kind.TREE else (kind, body)
 
     objects.get = lying_get  # type: ignore[method-assign]
-    with pytest.raises(CorruptObject):
-        CasJournalSaver(journal).get_tuple(configs[0])
+    with pytest.raises(CorruptObject):  # (a new journal: nothing cached)
+        CasJournalSaver(cj.Journal(journal.store)).get_tuple(configs[0])
 
 
 class JsonSerde:
@@ -366,8 +368,8 @@ def test_any_serializer_is_accepted() -> None:
     second = saver.put(first, checkpoint(values, {"items": 2, "small": 1}), {}, {"items": 2})
     found = saver.get_tuple(second)
     assert found is not None and found.checkpoint["channel_values"] == values
-    record = saver.records.record(saver.records.head("langgraph/t/") or "")
-    assert record.values["items"].form == "extends" and record.values["items"].count == 6
+    record = saver.chains.record(saver.chains.head("langgraph/t/") or "")
+    assert record.values["items"].form == "leaves" and record.values["items"].count == 6
 
 
 def test_versions_are_integers() -> None:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         raw_for_entry,
         stable_hash,
     )
+    from .records import RecordStore
     from .snapshot import ThreadSnapshot
 
 _LAZY: dict[str, str] = {
@@ -91,6 +92,7 @@ _LAZY: dict[str, str] = {
     "prepare_entry": ".payload",
     "raw_for_entry": ".payload",
     "stable_hash": ".payload",
+    "RecordStore": ".records",
     "ThreadSnapshot": ".snapshot",
     "StoreOptions": "..backends.open",
 }
@@ -117,6 +119,7 @@ __all__ = [
     "Message",
     "ProjectedSegment",
     "ProjectionPurpose",
+    "RecordStore",
     "Role",
     "StoreOptions",
     "ThreadMeta",

@@ -26,6 +26,7 @@ from .entries import EntryReader
 from .graph import EntryGraph
 from .leases import LeaseTable
 from .models import Entry, ForkPosition, ThreadMeta, TurnLease
+from .records import RecordStore
 from .snapshot import ThreadSnapshot
 from .state import ThreadStates
 from .threads import DamagedThread, SourceMoved, ThreadBook, generate_thread_id
@@ -41,6 +42,8 @@ class Journal:
     """The store everything lives in (for maintenance: pack, gc, fsck, sync)."""
     checkpoints: CheckpointStore
     """Run checkpoints: save, load, history, list, delete, restore."""
+    records: RecordStore
+    """Record chains under named refs: what integrations keep their own structures in."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -52,6 +55,7 @@ class Journal:
         self._leases = LeaseTable(store, self._states.read)
         self._threads = ThreadBook(store, self._states, graph, self._leases)
         self.checkpoints = CheckpointStore(store)
+        self.records = RecordStore(store)
 
     # -- opening and closing ------------------------------------------------------------
 

@@ -20,23 +20,35 @@ process wrote) costs a fresh read. On S3 that saves a request per write.
 
 from __future__ import annotations
 
-import contextlib
+import heapq
 import re
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from ..backends import NewObject, RefUpdate, Store
 from ..errors import CorruptObject, CorruptRef, InvalidInputError
-from ..journal.cache import BoundedCache
+from ..journal.records import RecordStore
 from ..maintenance.walk import LANGGRAPH_PREFIX
 from ..names import split_ref_name, validate_id
-from ..objects import Kind, MessageNode, TreeNode, is_oid
-from .records import CHAIN, EXTENDS, ITEMS, Record, StoredValue, StoredWrite, merge_writes
+from .records import (
+    CHAIN,
+    EXTENDS,
+    ITEMS,
+    LEAVES,
+    Record,
+    StoredValue,
+    StoredWrite,
+    merge_writes,
+    read_leaf,
+)
 
 REF_PREFIX = LANGGRAPH_PREFIX
 """Every LangGraph ref starts with this (a gc, fsck, pack and sync root)."""
-LOCK_STRIPES = 64
+RECORD_TAG = "langgraph record"
+INDEX_TAG = "langgraph index"
+LEAF_TAG = "langgraph leaf "
+CHAIN_TAG = "langgraph chain"
+"""What the saver's parsed objects are cached under in the journal's record cache."""
 
 
 _UNESCAPE = re.compile(r"%(25|2F)")
@@ -65,6 +77,29 @@ def parse_namespace_ref(name: str) -> tuple[str, str]:
     if not slash or not escaped or thread_prefix(thread_id) != f"{REF_PREFIX}{escaped}/":
         raise CorruptRef(f"ref {name[:120]!r} is not a LangGraph namespace ref")
     return thread_id, namespace
+
+
+class Found(NamedTuple):
+    """One checkpoint of a chain: its id, its record (and the record's id), every write."""
+
+    checkpoint_id: str
+    oid: str
+    record: Record
+    writes: tuple[StoredWrite, ...]
+
+
+class _Newest:
+    """A checkpoint waiting in ``Chains.checkpoints``' heap: the greatest id pops first."""
+
+    __slots__ = ("checkpoint_id", "oid", "record")
+
+    def __init__(self, checkpoint_id: str, oid: str, record: Record) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.oid = oid
+        self.record = record
+
+    def __lt__(self, other: _Newest) -> bool:
+        return self.checkpoint_id > other.checkpoint_id
 
 
 @dataclass
@@ -100,163 +135,25 @@ class ChainIndex:
             writes = merge_writes(writes, list(record.writes))
         return writes
 
-    def newest_first(self) -> list[str]:
-        """Checkpoint ids, greatest first."""
-        return sorted(self.checkpoints, reverse=True)
 
+class Chains:
+    """The saver's view of its namespaces on the journal's record store: records parsed
+    and cached by id, walks from a head, chain indexes, list elements."""
 
-class RecordStore:
-    """Cached, verified reads of records, nodes and blobs, and commits of new heads."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._records: BoundedCache[str, Record] = BoundedCache(1 << 12)
-        self._nodes: BoundedCache[str, MessageNode] = BoundedCache(1 << 17)
-        self._elements: BoundedCache[str, tuple[str, ...]] = BoundedCache(512)
-        self._extended: BoundedCache[tuple[str, str], tuple[str, ...]] = BoundedCache(1024)
-        self._blobs: BoundedCache[str, bytes] = BoundedCache(
-            1 << 16, weigh=len, max_weight=64 << 20
-        )
-        self._indexes: BoundedCache[str, ChainIndex] = BoundedCache(
-            1024, weigh=lambda index: len(index.order) + 1, max_weight=1 << 16
-        )
-        self._heads: BoundedCache[str, tuple[str | None, ...]] = BoundedCache(1 << 14)
-        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
-        self._lock = threading.Lock()
-
-    # -- objects ------------------------------------------------------------------------
-
-    def _get(self, oid: str, kind: Kind) -> bytes:
-        found, body = self.store.objects.get(oid)
-        if found is not kind:
-            raise CorruptObject(f"expected a {kind.value}, found a {found.value}", oid)
-        return body
+    def __init__(self, records: RecordStore) -> None:
+        self.records = records
 
     def record(self, oid: str) -> Record:
-        """A record by oid (parsed, validated, cached)."""
-        record = self._records.get(oid)
-        if record is None:
-            tree = TreeNode.parse(self._get(oid, Kind.TREE), oid)
-            record = self._records.put(oid, Record.from_tree(tree, oid))
-        return record
-
-    def remember(self, oid: str, record: Record) -> None:
-        """Cache a record this process just wrote."""
-        self._records.put(oid, record)
-
-    def blob(self, oid: str) -> bytes:
-        """A blob's body (cached)."""
-        body = self._blobs.get(oid)
-        if body is None:
-            body = self._blobs.put(oid, self._get(oid, Kind.BLOB))
-        return body
-
-    def remember_blob(self, oid: str, body: bytes) -> None:
-        """Cache a blob this process just wrote."""
-        self._blobs.put(oid, body)
-
-    def node(self, oid: str) -> MessageNode:
-        """A message node (cached)."""
-        node = self._nodes.get(oid)
-        if node is None:
-            node = self._nodes.put(oid, MessageNode.parse(self._get(oid, Kind.MESSAGE), oid))
-        return node
-
-    def remember_node(self, oid: str, node: MessageNode) -> None:
-        """Cache a message node this process just wrote."""
-        self._nodes.put(oid, node)
-
-    def elements(self, head: str, count: int) -> tuple[str, ...]:
-        """The element blobs of a chain, first to last (checked against ``count``)."""
-        found = self._elements.get(head)
-        if found is not None:
-            return found
-        reversed_oids: list[str] = []
-        prefix: tuple[str, ...] = ()
-        current: str | None = head
-        while current is not None:
-            cached = self._elements.get(current) if current != head else None
-            if cached is not None:
-                prefix = cached
-                break
-            node = self.node(current)
-            reversed_oids.append(node.message)
-            current = node.parent
-            if len(reversed_oids) > count:
-                break
-        elements = prefix + tuple(reversed(reversed_oids))
-        if len(elements) != count:
-            raise CorruptObject(f"list has {len(elements)} elements, its record says {count}", head)
-        return self._elements.put(head, elements)
-
-    def remember_elements(self, head: str, elements: tuple[str, ...]) -> None:
-        """Cache the element list of a chain this process just wrote."""
-        self._elements.put(head, elements)
-
-    def list_elements(self, value: StoredValue, channel: str) -> tuple[str, ...]:
-        """The element blobs of a stored list, first to last. ``extends`` lists are read
-        through their base records (cached per record and channel)."""
-        if value.form == ITEMS:
-            return value.oids
-        if value.form == CHAIN:
-            return self.elements(value.oids[0], value.count)
-        if value.form != EXTENDS or value.base is None:
-            raise CorruptObject(f"channel {channel[:80]!r} holds no list")
-        pending: list[tuple[str, StoredValue]] = []  # (base record, its value), newest first
-        base, current = value.base, value
-        prefix: tuple[str, ...] | None = self._extended.get((base, channel))
-        while prefix is None:
-            found = self.record(base).values.get(channel)
-            if found is None or found.form not in (CHAIN, EXTENDS):
-                raise CorruptObject(f"base record has no list for channel {channel[:80]!r}", base)
-            if found.count != current.count - len(current.oids):
-                raise CorruptObject("base list length disagrees with the extending record", base)
-            if found.form == CHAIN:
-                prefix = self.elements(found.oids[0], found.count)
-                break
-            assert found.base is not None
-            pending.append((base, found))
-            base, current = found.base, found
-            prefix = self._extended.get((base, channel))
-        for record_oid, extended in reversed(pending):
-            prefix = prefix + extended.oids
-            self._extended.put((record_oid, channel), prefix)
-        if len(prefix) + len(value.oids) != value.count:
-            raise CorruptObject(f"list of channel {channel[:80]!r} has a wrong length", value.base)
-        return prefix + value.oids
-
-    def remember_extended(self, record: str, channel: str, elements: tuple[str, ...]) -> None:
-        """Cache the elements of a record's list this process just wrote."""
-        self._extended.put((record, channel), elements)
-
-    # -- refs and chains -----------------------------------------------------------------
+        """A record by id (parsed, validated, cached)."""
+        return self.records.parsed(RECORD_TAG, oid, Record.from_tree)
 
     def head(self, ref: str) -> str | None:
         """The newest record of a namespace, or None (read from the store)."""
-        value = self.store.refs.read_ref(ref)
-        if value is not None and not is_oid(value):
-            raise CorruptRef(f"ref {ref!r} does not hold an object id")
-        self._heads.put(ref, (value,))
-        return value
-
-    @contextlib.contextmanager
-    def updating(self, ref: str) -> Iterator[None]:
-        """Held while this process changes ``ref`` (one writer per ref at a time)."""
-        with self._stripes[hash(ref) % LOCK_STRIPES]:
-            yield
-
-    def head_to_update(self, ref: str, attempt: int) -> str | None:
-        """The head a change starts from: the one this process last saw on a first
-        attempt (the compare-and-swap verifies it), a fresh read after a lost swap."""
-        if attempt == 0:
-            known = self._heads.get(ref)
-            if known:  # () marks an unknown outcome
-                return known[0]
-        return self.head(ref)
+        return self.records.head(ref)
 
     def refs_under(self, prefix: str) -> list[str]:
         """Names of the namespace refs under a prefix, sorted."""
-        return self.store.refs.list_refs(prefix)
+        return self.records.names(prefix)
 
     def chain(self, head: str | None) -> Iterator[tuple[str, Record]]:
         """The records from ``head`` back to the first, newest first."""
@@ -270,45 +167,155 @@ class RecordStore:
             yield current, record
             current = record.previous
 
-    def index(self, ref: str, head: str | None) -> ChainIndex:
-        """The index of the chain ending at ``head`` (reusing and extending a cached one)."""
-        cached = self._indexes.get(ref)
-        if cached is not None and cached.head == head:
-            return cached
-        newer: list[tuple[str, Record]] = []
-        known: int | None = None  # position in the cached index where the chains meet
+    def remember(self, oid: str, record: Record) -> None:
+        """Cache a record this process just wrote."""
+        self.records.remember(RECORD_TAG, oid, record, 1024)
+
+    def checkpoints(self, head: str | None) -> Iterator[Found]:
+        """Every checkpoint of the chain ending at ``head``, greatest id first, each with
+        its record and every pending write, read as it goes: a record's checkpoint is
+        given as soon as no older record can hold a greater id (a record's ``newest``
+        bounds the ids of the records before it), so a walk reads only as far as the
+        caller takes."""
+        shadowed: set[str] = set()
+        late: dict[str, tuple[StoredWrite, ...]] = {}
+        ready: list[_Newest] = []  # the greatest id first
         for oid, record in self.chain(head):
-            if cached is not None and oid in cached.positions:
-                known = cached.positions[oid]
+            bound = record.newest_id
+            while ready and ready[0].checkpoint_id > bound:
+                yield self._take(ready, late)
+            checkpoint_id = record.checkpoint_id
+            if checkpoint_id in shadowed:
+                continue
+            if not record.is_checkpoint:
+                late[checkpoint_id] = merge_writes(record.writes, list(late.get(checkpoint_id, ())))
+                continue
+            shadowed.add(checkpoint_id)
+            heapq.heappush(ready, _Newest(checkpoint_id, oid, record))
+        while ready:
+            yield self._take(ready, late)
+
+    @staticmethod
+    def _take(ready: list[_Newest], late: dict[str, tuple[StoredWrite, ...]]) -> Found:
+        item = heapq.heappop(ready)
+        record = item.record
+        writes = record.writes
+        extra = late.pop(item.checkpoint_id, ())
+        if extra:
+            writes = merge_writes(writes, list(extra))
+        return Found(item.checkpoint_id, item.oid, record, writes)
+
+    def find(self, head: str | None, checkpoint_id: str | None) -> Found | None:
+        """The checkpoint ``checkpoint_id`` of the chain (the greatest id if None), with
+        its record and writes, walking only back to it; None if the chain lacks it."""
+        for found in self.checkpoints(head):
+            if checkpoint_id is None or found.checkpoint_id == checkpoint_id:
+                return found
+            if found.checkpoint_id < checkpoint_id:
+                return None
+        return None
+
+    def index(self, ref: str, head: str | None) -> ChainIndex:
+        """The index of the whole chain ending at ``head`` (reusing and extending the
+        cached index of an older head of the chain)."""
+        if head is None:
+            return ChainIndex(head=None)
+        cached = self.records.recall(INDEX_TAG, head)
+        if cached is not None:
+            index: ChainIndex = cached
+            return index
+        newer: list[tuple[str, Record]] = []
+        base: ChainIndex | None = None
+        for oid, record in self.chain(head):
+            found = self.records.recall(INDEX_TAG, oid) if newer else None
+            if found is not None:
+                base = found
                 break
             newer.append((oid, record))
-        base = ChainIndex(head=None)
-        if cached is not None and known is not None:
-            if known == len(cached.order) - 1:  # the chain grew: copy and extend
-                base = ChainIndex(
-                    head=cached.head,
-                    order=list(cached.order),
-                    positions=dict(cached.positions),
-                    checkpoints=dict(cached.checkpoints),
-                    late_writes={k: list(v) for k, v in cached.late_writes.items()},
-                )
-            else:  # newer records replaced some (a late write merged into the head)
-                for oid in cached.order[: known + 1]:
-                    base.add(oid, self.record(oid))
+        if base is not None:
+            extended = ChainIndex(
+                head=base.head,
+                order=list(base.order),
+                positions=dict(base.positions),
+                checkpoints=dict(base.checkpoints),
+                late_writes={k: list(v) for k, v in base.late_writes.items()},
+            )
+        else:
+            extended = ChainIndex(head=None)
         for oid, record in reversed(newer):
-            base.add(oid, record)
-        base.head = head
-        with self._lock:
-            self._indexes.put(ref, base)
-        return base
+            extended.add(oid, record)
+        weight = 200 * len(extended.order) + 200
+        return self.records.remember(INDEX_TAG, head, extended, weight)
 
-    def commit(self, objects: Sequence[NewObject], update: RefUpdate) -> bool:
-        """Store objects and swap the ref; False if the swap lost."""
-        try:
-            swapped = self.store.commit(objects, update)
-        except BaseException:
-            self._heads.put(update.name, ())  # unknown outcome: read it next time
-            raise
-        if swapped:
-            self._heads.put(update.name, (update.new,))
-        return swapped
+    def leaves(self, last: str, count: int, size: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The elements held by ``count`` leaves of ``size`` ending at ``last``, first to
+        last, and the leaves themselves, first to last."""
+        leaves: list[str] = []
+        parts: list[tuple[str, ...]] = []
+        current: str | None = last
+        while current is not None and len(leaves) <= count:
+            elements, before = self.records.parsed(
+                LEAF_TAG + str(size), current, lambda tree, oid: read_leaf(tree, oid, size)
+            )
+            leaves.append(current)
+            parts.append(elements)
+            current = before
+        if len(leaves) != count or current is not None:
+            raise CorruptObject(f"list has {len(leaves)} leaves, its record says {count}", last)
+        leaves.reverse()
+        parts.reverse()
+        return tuple(oid for part in parts for oid in part), tuple(leaves)
+
+    def elements(self, head: str, count: int) -> tuple[str, ...]:
+        """The element blobs of a message-node chain (record format 1), first to last."""
+        found = self.records.recall(CHAIN_TAG, head)
+        if found is not None:
+            chained: tuple[str, ...] = found
+            return chained
+        reversed_oids: list[str] = []
+        current: str | None = head
+        while current is not None and len(reversed_oids) <= count:
+            message, current = self.records.node(current)
+            reversed_oids.append(message)
+        elements = tuple(reversed(reversed_oids))
+        if len(elements) != count or current is not None:
+            raise CorruptObject(f"list has {len(elements)} elements, its record says {count}", head)
+        return self.records.remember(CHAIN_TAG, head, elements, 80 * count + 64)
+
+    def list_elements(
+        self, value: StoredValue, channel: str
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The element blobs of a stored list, first to last, and its leaves (none unless
+        it is stored in leaves). ``extends`` lists (record format 1) are read through
+        their base records."""
+        if value.form == ITEMS:
+            return value.oids, ()
+        if value.form == LEAVES:
+            size = value.leaf_size
+            if value.base is None:
+                return value.oids, ()
+            held, leaves = self.leaves(value.base, value.count // size, size)
+            return held + value.oids, leaves
+        if value.form == CHAIN:
+            return self.elements(value.oids[0], value.count), ()
+        if value.form != EXTENDS or value.base is None:
+            raise CorruptObject(f"channel {channel[:80]!r} holds no list")
+        pending: list[StoredValue] = []  # the extending values, newest first
+        current = value
+        while current.form == EXTENDS:
+            assert current.base is not None
+            pending.append(current)
+            found = self.record(current.base).values.get(channel)
+            if found is None or found.form not in (CHAIN, EXTENDS, LEAVES):
+                raise CorruptObject(
+                    f"base record has no list for channel {channel[:80]!r}", current.base
+                )
+            if found.count != current.count - len(current.oids):
+                raise CorruptObject(
+                    "base list length disagrees with the extending record", current.base
+                )
+            current = found
+        prefix, _ = self.list_elements(current, channel)
+        for extending in reversed(pending):
+            prefix = prefix + extending.oids
+        return prefix, ()

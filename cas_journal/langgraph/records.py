@@ -25,14 +25,25 @@ serialized value is (``<name>`` is the value's reference name):
   serialized bytes decoded as Latin-1 (each byte one code point, so ASCII stays
   readable and compresses like the rest of the record);
 * ``["blob"]``: one blob ``<name>`` holding ``type NUL bytes``;
+* ``["leaves", n, f]``: a list of ``n`` elements, one blob per element, in *leaves* of
+  ``f`` elements: ``<name>/leaves`` is the last full leaf (absent when ``n < f``) and
+  ``<name>/0`` .. ``<name>/<k-1>`` are the ``k = n mod f`` elements after it. A leaf is
+  a tree whose references ``0`` .. ``<f-1>`` are its elements and ``before`` the leaf
+  before it (absent in the first). Leaves depend only on the elements they hold, so the
+  next checkpoint's list reuses every full leaf of its parent's and a record holds at
+  most ``f - 1`` element references: a checkpoint costs its new elements, one small
+  record, and a new leaf every ``f`` elements, however long the conversation; reading
+  the list reads ``n / f`` leaves and the elements, nothing else. ``["leaves", n, f,
+  "delta-snapshot"]`` is the same list held in LangGraph's ``DeltaChannel`` snapshot;
+* ``["items", n]``: a list of ``n`` element blobs ``<name>/0`` .. (writes only).
+
+Records of the first format (record format 1; still read, never written) also hold:
+
 * ``["extends", n, k]``: a list of ``n`` elements: the same channel's list in the record
   ``<name>/base`` (the parent checkpoint's), then ``k`` more elements, blobs
-  ``<name>/0`` .. ``<name>/<k-1>``. A conversation's next checkpoint costs its new
-  messages and nothing else;
+  ``<name>/0`` .. ``<name>/<k-1>``;
 * ``["chain", n]``: a list of ``n`` elements, one blob per element linked by ``message``
-  nodes, ``<name>`` being the last element's node (for lists that do not extend their
-  parent's, and for a pruned chain's first record);
-* ``["items", n]``: a list of ``n`` element blobs ``<name>/0`` .. (writes only).
+  nodes, ``<name>`` being the last element's node.
 
 Every list element is its own blob, so an element is stored once however many
 checkpoints, writes and copied threads hold it.
@@ -56,10 +67,14 @@ Serialized = tuple[str, bytes]
 
 INLINE = "inline"
 BLOB = "blob"
+LEAVES = "leaves"
 EXTENDS = "extends"
 CHAIN = "chain"
 ITEMS = "items"
-LISTS = frozenset({EXTENDS, CHAIN, ITEMS})
+DELTA_SNAPSHOT = "delta-snapshot"
+"""The wrapper of a list held in a DeltaChannel snapshot."""
+LEAF_BEFORE = "before"
+"""A leaf's reference to the leaf before it."""
 
 BASE = "base"
 PREVIOUS = "previous"
@@ -103,7 +118,12 @@ class StoredValue:
     count: int = 0
     """Number of elements of a list."""
     base: str | None = None
-    """``extends``: the record whose list of the same channel this one extends."""
+    """``extends``: the record whose list of the same channel this one extends;
+    ``leaves``: the last full leaf (None if there is none)."""
+    leaf_size: int = 0
+    """``leaves``: elements per leaf."""
+    wrapper: str = ""
+    """``leaves``: what holds the list ("" the channel itself, or ``DELTA_SNAPSHOT``)."""
 
     def spec(self) -> list[Any]:
         """The JSON value spec kept in the record's data."""
@@ -115,6 +135,9 @@ class StoredValue:
             return [BLOB]
         if self.form == EXTENDS:
             return [EXTENDS, self.count, len(self.oids)]
+        if self.form == LEAVES:
+            spec: list[Any] = [LEAVES, self.count, self.leaf_size]
+            return [*spec, self.wrapper] if self.wrapper else spec
         return [self.form, self.count]
 
     def refs(self, name: str) -> dict[str, tuple[Kind, str]]:
@@ -124,6 +147,10 @@ class StoredValue:
         if self.form == CHAIN:
             return {name: (Kind.MESSAGE, self.oids[0])}
         refs = {f"{name}/{i}": (Kind.BLOB, oid) for i, oid in enumerate(self.oids)}
+        if self.form == LEAVES:
+            if self.base is not None:
+                refs[f"{name}/{LEAVES}"] = (Kind.TREE, self.base)
+            return refs
         if self.form == EXTENDS:
             assert self.base is not None
             refs[f"{name}/{BASE}"] = (Kind.TREE, self.base)
@@ -197,10 +224,15 @@ class Record:
 
     def tree(self) -> TreeNode:
         """This record as a tree object."""
-        data: dict[str, Any] = {"id": self.checkpoint_id}
-        refs: dict[str, tuple[Kind, str]] = {}
+        data, refs = self.parts()
         if self.previous is not None:
             refs[PREVIOUS] = (Kind.TREE, self.previous)
+        return TreeNode(refs=refs, data=data)
+
+    def parts(self) -> tuple[dict[str, Any], dict[str, tuple[Kind, str]]]:
+        """This record's tree data and references, but its ``previous`` reference."""
+        data: dict[str, Any] = {"id": self.checkpoint_id}
+        refs: dict[str, tuple[Kind, str]] = {}
         for key, part in ((CHECKPOINT, self.checkpoint), (METADATA, self.metadata)):
             if isinstance(part, StoredValue):
                 refs.update(part.refs(key))
@@ -224,7 +256,7 @@ class Record:
             data["writes"] = rows
         if self.newest and self.newest != self.checkpoint_id:
             data["newest"] = self.newest
-        return TreeNode(refs=refs, data=data)
+        return data, refs
 
     @classmethod
     def from_tree(cls, tree: TreeNode, oid: str | None = None) -> Record:
@@ -286,6 +318,21 @@ class _RecordReader:
             count = self.count(spec[1], name, 1)
             oids = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(count))
             return StoredValue(ITEMS, oids=oids, count=count)
+        if form == LEAVES and len(spec) in (3, 4):
+            count = self.count(spec[1], name, 1)
+            leaf_size = self.count(spec[2], name, 2)
+            if len(spec) == 4 and spec[3] != DELTA_SNAPSHOT:
+                raise self.fail(f"value spec of {name[:80]!r} is malformed")
+            tail = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(count % leaf_size))
+            last = self.ref(f"{name}/{LEAVES}", Kind.TREE) if count >= leaf_size else None
+            return StoredValue(
+                LEAVES,
+                oids=tail,
+                count=count,
+                base=last,
+                leaf_size=leaf_size,
+                wrapper=spec[3] if len(spec) == 4 else "",
+            )
         if form == EXTENDS and len(spec) == 3:
             added = self.count(spec[2], name, 1)
             count = self.count(spec[1], name, added + 1)
@@ -338,7 +385,7 @@ class _RecordReader:
         values_spec = data.get("values", {})
         if not isinstance(values_spec, dict) or ("values" in data and not values_spec):
             raise self.fail("values is not a non-empty JSON object")
-        channel_lists = frozenset({EXTENDS, CHAIN})
+        channel_lists = frozenset({LEAVES, EXTENDS, CHAIN})
         values = {
             channel: self.value(values_spec[channel], f"{VALUE_PREFIX}{k}", channel_lists)
             for k, channel in enumerate(sorted(values_spec))
@@ -368,3 +415,29 @@ class _RecordReader:
             previous=previous,
             newest=newest,
         )
+
+
+def leaf_tree(elements: tuple[str, ...], before: str | None) -> TreeNode:
+    """The leaf holding ``elements`` after the leaf ``before`` (None: the first leaf)."""
+    refs: dict[str, tuple[Kind, str]] = {str(i): (Kind.BLOB, oid) for i, oid in enumerate(elements)}
+    if before is not None:
+        refs[LEAF_BEFORE] = (Kind.TREE, before)
+    return TreeNode(refs=refs)
+
+
+def read_leaf(tree: TreeNode, oid: str, size: int) -> tuple[tuple[str, ...], str | None]:
+    """A leaf's elements and the leaf before it; CorruptObject unless it is a leaf of
+    ``size`` elements."""
+    refs = tree.refs
+    before = refs.get(LEAF_BEFORE)
+    if tree.data is not None or len(refs) != size + (before is not None):
+        raise CorruptObject(f"list leaf does not hold {size} elements", oid)
+    if before is not None and before[0] is not Kind.TREE:
+        raise CorruptObject("list leaf's before reference is not a leaf", oid)
+    elements = []
+    for i in range(size):
+        found = refs.get(str(i))
+        if found is None or found[0] is not Kind.BLOB:
+            raise CorruptObject(f"list leaf has no element {i}", oid)
+        elements.append(found[1])
+    return tuple(elements), None if before is None else before[1]

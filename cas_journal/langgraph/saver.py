@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import heapq
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -38,27 +39,36 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..backends import NewObject, RefUpdate
-from ..errors import ConflictError, InvalidInputError, ThreadExists
+from ..errors import InvalidInputError, JournalError, ThreadExists
 from ..journal import Journal
-from ..objects import Kind, object_id
+from ..journal.records import UNCHANGED, RecordChange
 from .history import (
     REF_PREFIX,
     ChainIndex,
-    RecordStore,
+    Chains,
+    Found,
     namespace_ref,
     parse_namespace_ref,
     thread_prefix,
 )
-from .records import EXTENDS, ITEMS, Record, StoredValue, StoredWrite, merge_writes
-from .values import EncodedValue, ValueCodec
+from .records import (
+    CHAIN,
+    EXTENDS,
+    ITEMS,
+    LEAVES,
+    Record,
+    StoredValue,
+    StoredWrite,
+    merge_writes,
+)
+from .values import LEAF_SIZE, EncodedValue, ListMemo, ValueCodec
 
-ObjectList = list[NewObject]
 RecordList = list[tuple[str | None, Record]]
 """Records to write, oldest first, each with the oid of the record it replaces (if any)."""
+Written = list[tuple[Any, str, int]]
+"""List items of a record's writes: (the object, its blob id, its serialized bytes)."""
 
-MAX_ATTEMPTS = 100
-"""Compare-and-swap attempts before a write gives up with ConflictError."""
+WRITTEN_TAG = "langgraph written "
 LATE_WRITE_WINDOW = 8
 """Writes for one of the newest this-many records rewrite the records after it rather
 than add a writes record."""
@@ -96,6 +106,11 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
     }
 
 
+def _deleted(head: str | None, change: RecordChange) -> str | None:
+    """``delete_thread``'s change of one namespace: no head."""
+    return None if head is not None else UNCHANGED
+
+
 def _next_string_version(current: str) -> str:
     """The version after a string version (``"<int>.<anything>"``, as other savers write)."""
     number = int(current.split(".")[0])
@@ -114,35 +129,37 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
     def __init__(self, journal: Journal, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self.journal = journal
-        self.records = RecordStore(journal.store)
-        self.codec = ValueCodec(self.records)
+        self.chains = Chains(journal.records)
+        tag = uuid.uuid4().hex[:12]  # this saver's own entries in the journal's cache
+        self.codec = ValueCodec(self.chains, self.serde, tag)
+        self._written_tag = WRITTEN_TAG + tag
 
     # -- reading ----------------------------------------------------------------------------
 
     def _versions(self, record: Record) -> Mapping[str, Any]:
         part = record.checkpoint
-        checkpoint = self.codec.decode(self.serde, part) if isinstance(part, StoredValue) else part
+        checkpoint = self.codec.decode(part) if isinstance(part, StoredValue) else part
         versions = checkpoint.get("channel_versions") if isinstance(checkpoint, dict) else None
         return versions if isinstance(versions, dict) else {}
 
     def _metadata(self, record: Record) -> dict[str, Any]:
         assert record.metadata is not None
-        metadata = self.codec.decode_part(self.serde, record.metadata)
+        metadata = self.codec.decode_part(record.metadata)
         return metadata if isinstance(metadata, dict) else {}
 
     def _tuple(
         self,
         thread_id: str,
         namespace: str,
-        record: Record,
-        writes: Sequence[StoredWrite],
+        found: Found,
         metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
+        record = found.record
         assert record.checkpoint is not None
-        checkpoint = self.codec.decode_part(self.serde, record.checkpoint)
+        checkpoint = self.codec.decode_part(record.checkpoint)
         checkpoint["id"] = record.checkpoint_id
         checkpoint["channel_values"] = {
-            channel: self.codec.decode(self.serde, value, channel)
+            channel: self.codec.decode(value, channel, found.oid)
             for channel, value in record.values.items()
         }
         parent = (
@@ -151,8 +168,8 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             else None
         )
         pending: builtins.list[PendingWrite] = [
-            (write.task_id, write.channel, self.codec.decode(self.serde, write.value))
-            for write in writes
+            (write.task_id, write.channel, self.codec.decode(write.value, write.channel))
+            for write in found.writes
         ]
         return CheckpointTuple(
             config=_config(thread_id, namespace, record.checkpoint_id),
@@ -163,39 +180,24 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         )
 
     def _index(self, ref: str, head: str | None) -> ChainIndex:
-        return self.records.index(ref, head)
+        return self.chains.index(ref, head)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint named by ``config`` (the namespace's newest without an id)."""
+        """The checkpoint named by ``config`` (the namespace's newest without an id): the
+        head record, or the records back to the one asked for."""
         thread_id, namespace, checkpoint_id = _target(config)
-        ref = namespace_ref(thread_id, namespace)
-        head = self.records.head(ref)
+        head = self.chains.head(namespace_ref(thread_id, namespace))
         if head is None:
             return None
-        record = self.records.record(head)
+        record = self.chains.record(head)
         if record.is_checkpoint and (
             checkpoint_id == record.checkpoint_id
             or (checkpoint_id is None and record.newest_id == record.checkpoint_id)
         ):
-            return self._tuple(thread_id, namespace, record, record.writes)
-        located = self._locate(ref, head, checkpoint_id)
-        if located is None:
-            return None
-        index, found_id, record = located
-        return self._tuple(thread_id, namespace, record, index.writes_of(found_id))
-
-    def _locate(
-        self, ref: str, head: str, checkpoint_id: str | None
-    ) -> tuple[ChainIndex, str, Record] | None:
-        """The chain index of ``ref`` at ``head``, and the id and record of its checkpoint
-        ``checkpoint_id`` (the newest if None); None if there is no such checkpoint."""
-        index = self._index(ref, head)
-        if checkpoint_id is None:
-            if not index.checkpoints:
-                return None
-            checkpoint_id = max(index.checkpoints)
-        found = index.checkpoints.get(checkpoint_id)
-        return None if found is None else (index, checkpoint_id, found[1])
+            found: Found | None = Found(record.checkpoint_id, head, record, record.writes)
+        else:
+            found = self.chains.find(head, checkpoint_id)
+        return None if found is None else self._tuple(thread_id, namespace, found)
 
     def _namespaces(
         self, config: RunnableConfig | None
@@ -203,7 +205,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         """(thread id, namespace refs) to list, threads in ref order."""
         if config is None:
             grouped: dict[str, builtins.list[str]] = {}
-            for name in self.records.refs_under(REF_PREFIX):
+            for name in self.chains.refs_under(REF_PREFIX):
                 thread_id, _ = parse_namespace_ref(name)
                 grouped.setdefault(thread_id, []).append(name)
             return list(grouped.items())
@@ -211,7 +213,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         namespace = config["configurable"].get("checkpoint_ns")
         if namespace is not None:
             return [(thread_id, [namespace_ref(thread_id, _text(namespace, "checkpoint_ns"))])]
-        return [(thread_id, self.records.refs_under(thread_prefix(thread_id)))]
+        return [(thread_id, self.chains.refs_under(thread_prefix(thread_id)))]
 
     def list(
         self,
@@ -228,21 +230,16 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
         for thread_id, refs in self._namespaces(config):
-            candidates: builtins.list[tuple[str, str, ChainIndex]] = []
-            for ref in refs:
-                head = self.records.head(ref)
-                if head is None:
-                    continue
-                index = self._index(ref, head)
-                candidates += [(cid, ref, index) for cid in index.checkpoints]
-            candidates.sort(key=lambda item: (item[0], item[1]), reverse=True)
-            for checkpoint_id, ref, index in candidates:
+            streams = [self._stream(ref) for ref in refs]
+            merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, reverse=True)
+            for checkpoint_id, ref, found in merged:
                 if wanted_id and checkpoint_id != wanted_id:
+                    if checkpoint_id < wanted_id and len(streams) == 1:
+                        break
                     continue
                 if before_id and checkpoint_id >= before_id:
                     continue
-                record = index.checkpoints[checkpoint_id][1]
-                metadata = self._metadata(record)
+                metadata = self._metadata(found.record)
                 if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
                 if remaining is not None:
@@ -250,9 +247,13 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                         return
                     remaining -= 1
                 _, namespace = parse_namespace_ref(ref)
-                yield self._tuple(
-                    thread_id, namespace, record, index.writes_of(checkpoint_id), metadata
-                )
+                yield self._tuple(thread_id, namespace, found, metadata)
+
+    def _stream(self, ref: str) -> Iterator[tuple[str, str, Found]]:
+        """A namespace's checkpoints, greatest id first, read as they are taken."""
+        head = self.chains.head(ref)
+        for found in self.chains.checkpoints(head):
+            yield found.checkpoint_id, ref, found
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -278,42 +279,45 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint (its parent is ``config``'s checkpoint id) and return its config."""
+        """Store a checkpoint (its parent is ``config``'s checkpoint id) and return its
+        config: one commit of the record, the new values and list elements, and the swap."""
         thread_id, namespace, parent_id = _target(config)
         ref = namespace_ref(thread_id, namespace)
         checkpoint_id = _text(checkpoint["id"], "checkpoint id")
         fields = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
-        fixed: ObjectList = []
-        stored_checkpoint = self._part(fields, fixed)
-        stored_metadata = self._part(dict(get_checkpoint_metadata(config, metadata)), fixed)
-        memo: dict[tuple[str, str | None], EncodedValue] = {}
-        with self.records.updating(ref), self.journal.store.objects.write_guard():
-            for attempt in range(MAX_ATTEMPTS):
-                head = self.records.head_to_update(ref, attempt)
-                head_record = self.records.record(head) if head is not None else None
-                parent = None
-                if parent_id is not None:
-                    parent = self._parent(ref, head, head_record, parent_id)
-                objects = list(fixed)
-                values, lists = self._channel_values(checkpoint, new_versions, parent, memo)
-                for encoded in values.values():
-                    objects += encoded.objects
-                record = Record(
-                    checkpoint_id=checkpoint_id,
-                    checkpoint=stored_checkpoint,
-                    metadata=stored_metadata,
-                    parent_id=parent_id,
-                    values={channel: encoded.value for channel, encoded in values.items()},
-                )
-                records, previous = self._placed(ref, head, head_record, record)
-                new_objects, new_head = self._relink(records, previous, flatten=False)
-                update = RefUpdate(ref, head, new_head, "put", log=False)
-                if self.records.commit([*objects, *new_objects], update):
-                    assert new_head is not None
-                    for channel, elements in lists.items():
-                        self.records.remember_extended(new_head, channel, elements)
-                    return _config(thread_id, namespace, checkpoint_id)
-        raise ConflictError(f"namespace {ref!r} kept changing; checkpoint not saved")
+        parts: builtins.list[EncodedValue] = []
+        stored_checkpoint = self._part(fields, parts)
+        stored_metadata = self._part(dict(get_checkpoint_metadata(config, metadata)), parts)
+        memo: dict[tuple[str, str | None, str | None], EncodedValue] = {}
+        lists: dict[str, ListMemo] = {}
+
+        def build(head: str | None, change: RecordChange) -> str | None:
+            head_record = self.chains.record(head) if head is not None else None
+            parent = None
+            if parent_id is not None:
+                parent = self._parent(ref, head, head_record, parent_id)
+            values = self._channel_values(checkpoint, new_versions, parent, head, memo)
+            for encoded in [*parts, *values.values()]:
+                encoded.write(change)
+            record = Record(
+                checkpoint_id=checkpoint_id,
+                checkpoint=stored_checkpoint,
+                metadata=stored_metadata,
+                parent_id=parent_id,
+                values={channel: encoded.value for channel, encoded in values.items()},
+            )
+            lists.clear()
+            for channel, encoded in values.items():
+                if encoded.memo is not None:
+                    lists[channel] = encoded.memo
+            placed, previous = self._placed(ref, head, head_record, record)
+            return self._relink(placed, previous, change, flatten=False)
+
+        new_head = self.journal.records.update(ref, build, "put")
+        assert new_head is not None
+        for channel, remembered in lists.items():
+            self.codec.remember_list(new_head, channel, remembered)
+        return _config(thread_id, namespace, checkpoint_id)
 
     def _placed(
         self, ref: str, head: str | None, head_record: Record | None, record: Record
@@ -332,18 +336,20 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
             return [(None, record)], head
         start = late[0]
         suffix: RecordList = [
-            (oid, self.records.record(oid))
+            (oid, self.chains.record(oid))
             for position, oid in enumerate(index.order)
             if position >= start and position not in late
         ]
-        return [*suffix, (None, record)], self.records.record(index.order[start]).previous
+        return [*suffix, (None, record)], self.chains.record(index.order[start]).previous
 
-    def _part(self, value: dict[str, Any], objects: ObjectList) -> dict[str, Any] | StoredValue:
-        """A checkpoint's fields or metadata as stored (a blob added to ``objects`` if
-        the value is not plain JSON)."""
-        encoded = self.codec.encode_part(self.serde, value)
+    def _part(
+        self, value: dict[str, Any], parts: builtins.list[EncodedValue]
+    ) -> dict[str, Any] | StoredValue:
+        """A checkpoint's fields or metadata as stored (a blob added to ``parts`` if the
+        value is not plain JSON)."""
+        encoded = self.codec.encode_part(value)
         if isinstance(encoded, EncodedValue):
-            objects += encoded.objects
+            parts.append(encoded)
             return encoded.value
         return encoded
 
@@ -352,18 +358,20 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
         parent: tuple[str, Record] | None,
-        memo: dict[tuple[str, str | None], EncodedValue],
-    ) -> tuple[dict[str, EncodedValue], dict[str, tuple[str, ...]]]:
-        """Each versioned channel value as stored, and the element lists of list values.
+        head: str | None,
+        memo: dict[tuple[str, str | None, str | None], EncodedValue],
+    ) -> dict[str, EncodedValue]:
+        """Each versioned channel value as stored.
 
         A channel whose version is the parent's keeps the parent's stored value (nothing
-        serialized); a changed list extends the parent's list when it can. ``memo`` keeps
-        encodings across compare-and-swap retries (keyed by channel and parent record)."""
+        serialized); a changed list reuses what the parent's list holds (see
+        ``ValueCodec.encode_channel``). ``memo`` keeps encodings across compare-and-swap
+        retries (keyed by channel, parent record and head)."""
         versions = checkpoint.get("channel_versions") or {}
         parent_oid, parent_record = parent if parent is not None else (None, None)
         parent_versions = self._versions(parent_record) if parent_record is not None else {}
         values: dict[str, EncodedValue] = {}
-        lists: dict[str, tuple[str, ...]] = {}
+        written: Written | None = None
         for channel, value in (checkpoint.get("channel_values") or {}).items():
             if channel not in versions:
                 continue
@@ -373,17 +381,41 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                 and channel not in new_versions
                 and parent_versions.get(channel) == versions[channel]
             ):
-                values[channel] = EncodedValue(previous)  # unchanged: the parent's value
+                assert parent_oid is not None
+                kept = self.codec.list_memo(parent_oid, channel)
+                values[channel] = EncodedValue(previous, memo=kept)  # the parent's value
                 continue
-            encoded = memo.get((channel, parent_oid))
+            encoded = memo.get((channel, parent_oid, head))
             if encoded is None:
-                base = (parent_oid, previous) if parent_oid and previous else None
-                encoded = self.codec.encode(self.serde, value, channel=channel, base=base)
-                memo[(channel, parent_oid)] = encoded
+                base = None
+                if parent_oid is not None and previous is not None:
+                    base = self._parent_list(parent_oid, previous, channel)
+                if written is None:
+                    written = self._written(head)
+                encoded = self.codec.encode_channel(value, base, written)
+                memo[(channel, parent_oid, head)] = encoded
             values[channel] = encoded
-            if encoded.elements:
-                lists[channel] = encoded.elements
-        return values, lists
+        return values
+
+    def _parent_list(self, record: str, value: StoredValue, channel: str) -> ListMemo | None:
+        """The parent checkpoint's list of a channel, as remembered (else as stored,
+        without its elements' values: a put then serializes its whole list once)."""
+        if value.form not in (LEAVES, EXTENDS, CHAIN):
+            return None
+        found = self.codec.list_memo(record, channel)
+        if found is not None:
+            return found
+        oids, leaves = self.chains.list_elements(value, channel)
+        if value.form != LEAVES or value.leaf_size != LEAF_SIZE:
+            leaves = ()
+        return ListMemo((), oids, 0, leaves)
+
+    def _written(self, head: str | None) -> Written:
+        """The list items of writes this saver stored in record ``head``."""
+        if head is None:
+            return []
+        found: Written | None = self.journal.records.recall(self._written_tag, head)
+        return found or []
 
     def put_writes(
         self,
@@ -401,28 +433,37 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         task_id = _text(task_id, "task_id")
         task_path = _text(task_path, "task_path")
         added: builtins.list[StoredWrite] = []
-        objects: ObjectList = []
+        encodings: builtins.list[EncodedValue] = []
+        items: Written = []
         for position, (channel, value) in enumerate(writes):
-            encoded = self.codec.encode(self.serde, value, list_form=ITEMS)
+            encoded = self.codec.encode_write(value)
             idx = WRITES_IDX_MAP.get(channel, position)
             added.append(
                 StoredWrite(task_id, idx, _text(channel, "channel"), task_path, encoded.value)
             )
-            objects += encoded.objects
+            encodings.append(encoded)
+            if encoded.value.form == ITEMS:
+                for item, (oid, body) in zip(value, encoded.blobs, strict=True):
+                    items.append((item, oid, len(body)))
         if not added:
             return
-        with self.records.updating(ref), self.journal.store.objects.write_guard():
-            for attempt in range(MAX_ATTEMPTS):
-                head = self.records.head_to_update(ref, attempt)
-                change = self._with_writes(ref, head, checkpoint_id, added)
-                if change is None:
-                    return  # nothing new: every write is stored already
-                records, previous = change
-                new_objects, new_head = self._relink(records, previous, flatten=False)
-                update = RefUpdate(ref, head, new_head, "writes", log=False)
-                if self.records.commit([*objects, *new_objects], update):
-                    return
-        raise ConflictError(f"namespace {ref!r} kept changing; writes not saved")
+        based_on: builtins.list[str | None] = []
+
+        def build(head: str | None, change: RecordChange) -> str | None:
+            replaced = self._with_writes(ref, head, checkpoint_id, added)
+            if replaced is None:
+                return UNCHANGED  # nothing new: every write is stored already
+            records, previous = replaced
+            for encoded in encodings:
+                encoded.write(change)
+            based_on[:] = [head]
+            return self._relink(records, previous, change, flatten=False)
+
+        new_head = self.journal.records.update(ref, build, "writes")
+        if new_head is not None and based_on and items:
+            earlier = self._written(based_on[0])
+            weight = 64 * (len(earlier) + len(items)) + 64
+            self.journal.records.remember(self._written_tag, new_head, earlier + items, weight)
 
     def _with_writes(
         self, ref: str, head: str | None, checkpoint_id: str, added: builtins.list[StoredWrite]
@@ -434,7 +475,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         put and a write racing in LangGraph's background executor) rewrite it and the
         records after it, so each checkpoint keeps one record; writes for anything older
         are appended as a writes record."""
-        head_record = self.records.record(head) if head is not None else None
+        head_record = self.chains.record(head) if head is not None else None
         if (
             head_record is not None
             and head_record.is_checkpoint
@@ -458,7 +499,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         ):
             position, record = found
             records: RecordList = [(index.order[position], record.with_writes(merged))]
-            records += [(oid, self.records.record(oid)) for oid in index.order[position + 1 :]]
+            records += [(oid, self.chains.record(oid)) for oid in index.order[position + 1 :]]
             return records, record.previous
         if head_record is not None and head_record.checkpoint_id == checkpoint_id:
             folded = merge_writes(head_record.writes, list(new))  # its writes record
@@ -467,16 +508,15 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         return [(None, late)], head
 
     def _relink(
-        self, records: RecordList, previous: str | None, flatten: bool
-    ) -> tuple[ObjectList, str | None]:
+        self, records: RecordList, previous: str | None, change: RecordChange, flatten: bool
+    ) -> str | None:
         """Write ``records`` as a chain after ``previous``: each links to the one before,
         and a list extending a record rewritten here extends the new copy. A list
-        extending any other record keeps it, or with ``flatten`` becomes a chain of its
-        own (so records left out of a rewritten chain are garbage). Returns the objects
-        and the new head."""
-        objects: ObjectList = []
+        extending any other record (record format 1) keeps it, or with ``flatten`` is
+        stored in leaves (so records left out of a rewritten chain are garbage). Returns
+        the new head."""
         renamed: dict[str, str] = {}
-        newest = self.records.record(previous).newest_id if previous is not None else ""
+        newest = self.chains.record(previous).newest_id if previous is not None else ""
         for old, record in records:
             newest = max(newest, record.checkpoint_id)
             values = dict(record.values)
@@ -486,18 +526,21 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                 if value.base in renamed:
                     values[channel] = replace(value, base=renamed[value.base])
                 elif flatten:
-                    flat = self.codec.chain(self.records.list_elements(value, channel))
+                    flat = self.codec.flattened(value, channel)
+                    flat.write(change)
                     values[channel] = flat.value
-                    objects += flat.objects
             own = "" if newest == record.checkpoint_id else newest
             relinked = replace(record, values=values, previous=previous, newest=own)
-            body = relinked.tree().body()
-            previous = object_id(Kind.TREE, body)
-            objects.append(NewObject(previous, Kind.TREE, body))
-            self.records.remember(previous, relinked)
+            data, refs = relinked.parts()
+            previous, _ = change.record(data, refs, previous)
+            self.chains.remember(previous, relinked)
             if old is not None:
                 renamed[old] = previous
-        return objects, previous
+                for channel, value in values.items():  # the same lists, in a new record
+                    remembered = self.codec.list_memo(old, channel)
+                    if remembered is not None and value.count == len(remembered.oids):
+                        self.codec.remember_list(previous, channel, remembered)
+        return previous
 
     def get_next_version(self, current: int | None, channel: None) -> int:
         """The version after ``current``: integers from 1 (a string version, as other
@@ -513,38 +556,30 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
 
     # -- threads ----------------------------------------------------------------------------
 
-    def _set_ref(self, ref: str, old: str | None, new: str | None, reason: str) -> bool:
-        return self.records.commit([], RefUpdate(ref, old, new, reason, True))
-
     def delete_thread(self, thread_id: str) -> None:
         """Remove every namespace of a thread (restorable with ``restore_thread`` until gc
         expires the reflog)."""
-        for ref in self.records.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
-            with self.records.updating(ref):
-                for _ in range(MAX_ATTEMPTS):
-                    head = self.records.head(ref)
-                    if head is None or self._set_ref(ref, head, None, "delete"):
-                        break
-                else:
-                    raise ConflictError(f"namespace {ref!r} kept changing; not deleted")
+        for ref in self.chains.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
+            self.journal.records.update(ref, _deleted, "delete", log=True)
 
     def restore_thread(self, thread_id: str) -> builtins.list[str]:
         """Bring back the namespaces of a deleted thread from the reflog (each to its value
-        before its last deletion); returns the namespaces restored."""
+        before its last deletion, if that is still stored); returns the namespaces
+        restored."""
         prefix = thread_prefix(_text(thread_id, "thread_id"))
+        records = self.journal.records
         restored = []
-        for ref in self.journal.store.refs.reflog_names(prefix):
-            with self.records.updating(ref):
-                if self.records.head(ref) is not None:
-                    continue
-                for entry in reversed(self.journal.store.refs.reflog(ref)):
-                    if entry.new is None and entry.old is not None:
-                        objects = self.journal.store.objects
-                        with objects.write_guard():
-                            objects.freshen([entry.old])
-                            if self._set_ref(ref, None, entry.old, "restore"):
-                                restored.append(parse_namespace_ref(ref)[1])
-                        break
+        for ref in records.deleted_names(prefix):
+            if records.head(ref) is not None:
+                continue
+            for entry in reversed(records.reflog(ref)):
+                if entry.new is None and entry.old is not None:
+                    try:
+                        if records.set(ref, None, entry.old, "restore", link=True):
+                            restored.append(parse_namespace_ref(ref)[1])
+                    except JournalError:
+                        pass  # collected since: nothing to bring back
+                    break
         return restored
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -553,52 +588,40 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         source = _text(source_thread_id, "source_thread_id")
         target = _text(target_thread_id, "target_thread_id")
         heads = {}
-        for ref in self.records.refs_under(thread_prefix(source)):
-            head = self.records.head(ref)
+        for ref in self.chains.refs_under(thread_prefix(source)):
+            head = self.chains.head(ref)
             if head is not None:
                 heads[namespace_ref(target, parse_namespace_ref(ref)[1])] = head
         for ref in heads:
-            if self.records.head(ref) is not None:
+            if self.chains.head(ref) is not None:
                 raise ThreadExists(f"thread {target!r} already has checkpoints; not copied")
-        objects = self.journal.store.objects
         for ref, head in heads.items():
-            with self.records.updating(ref), objects.write_guard():
-                # the head goes into the commit again: stored anew it is young, so a running
-                # gc keeps it and what it references, and the swap is still one commit
-                kind, body = objects.get(head)
-                update = RefUpdate(ref, None, head, f"copy of {source}", True)
-                if not self.records.commit([NewObject(head, kind, body)], update):
-                    raise ThreadExists(f"thread {target!r} got checkpoints meanwhile; copy stopped")
+            # the head is linked by the commit of the swap: a running gc keeps it
+            if not self.journal.records.set(ref, None, head, f"copy of {source}", link=True):
+                raise ThreadExists(f"thread {target!r} got checkpoints meanwhile; copy stopped")
 
     def _rewrite(self, ref: str, keep: Callable[[ChainIndex], Sequence[str]], reason: str) -> None:
         """Swap a namespace to a chain of only the checkpoints ``keep`` picks (oldest first),
-        each with all of its writes; lists extending a dropped record are flattened, so
-        the dropped records are left to gc. Values are never copied."""
-        with self.records.updating(ref), self.journal.store.objects.write_guard():
-            for _ in range(MAX_ATTEMPTS):
-                if self._rewrite_once(ref, keep, reason):
-                    return
-        raise ConflictError(f"namespace {ref!r} kept changing; not rewritten")
+        each with all of its writes; lists of record format 1 extending a dropped record
+        are stored in leaves, so the dropped records are left to gc. Values are never
+        copied."""
 
-    def _rewrite_once(
-        self, ref: str, keep: Callable[[ChainIndex], Sequence[str]], reason: str
-    ) -> bool:
-        """One attempt of ``_rewrite``; False if the swap lost."""
-        head = self.records.head(ref)
-        if head is None:
-            return True
-        index = self._index(ref, head)
-        kept = keep(index)
-        if len(kept) == len(index.order) and all(
-            index.checkpoints[cid][0] == position for position, cid in enumerate(kept)
-        ):
-            return True  # already exactly that chain
-        records: RecordList = []
-        for cid in kept:
-            position, source = index.checkpoints[cid]
-            records.append((index.order[position], source.with_writes(index.writes_of(cid))))
-        objects, new_head = self._relink(records, None, flatten=True)
-        return self.records.commit(objects, RefUpdate(ref, head, new_head, reason, True))
+        def build(head: str | None, change: RecordChange) -> str | None:
+            if head is None:
+                return UNCHANGED
+            index = self._index(ref, head)
+            kept = keep(index)
+            if len(kept) == len(index.order) and all(
+                index.checkpoints[cid][0] == position for position, cid in enumerate(kept)
+            ):
+                return UNCHANGED  # already exactly that chain
+            records: RecordList = []
+            for cid in kept:
+                position, source = index.checkpoints[cid]
+                records.append((index.order[position], source.with_writes(index.writes_of(cid))))
+            return self._relink(records, None, change, flatten=True)
+
+        self.journal.records.update(ref, build, reason, log=True)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's newest checkpoint (and, for DeltaChannel
@@ -611,7 +634,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         if strategy != "keep_latest":
             raise InvalidInputError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
         for thread_id in thread_ids:
-            for ref in self.records.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
+            for ref in self.chains.refs_under(thread_prefix(_text(thread_id, "thread_id"))):
                 self._rewrite(ref, self._latest_with_delta_ancestors, "prune keep_latest")
 
     def _latest_with_delta_ancestors(self, index: ChainIndex) -> builtins.list[str]:
@@ -654,7 +677,7 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
                 if str(self._metadata(index.checkpoints[cid][1]).get("run_id")) not in doomed
             ]
 
-        for ref in self.records.refs_under(REF_PREFIX):
+        for ref in self.chains.refs_under(REF_PREFIX):
             self._rewrite(ref, survivors, "delete_for_runs")
 
     # -- DeltaChannel ---------------------------------------------------------------------
@@ -668,34 +691,44 @@ class CasJournalSaver(BaseCheckpointSaver[int]):
         if not channels:
             return {}
         thread_id, namespace, checkpoint_id = _target(config)
-        ref = namespace_ref(thread_id, namespace)
         empty: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
-        head = self.records.head(ref)
-        if head is None:
+        head = self.chains.head(namespace_ref(thread_id, namespace))
+        stream = self.chains.checkpoints(head)
+        seen: dict[str, Found] = {}
+
+        def checkpoint(wanted: str | None) -> Found | None:
+            """A checkpoint of the chain, reading it only as far back as needed."""
+            if wanted is not None and wanted in seen:
+                return seen[wanted]
+            for found in stream:
+                seen[found.checkpoint_id] = found
+                if wanted is None or found.checkpoint_id == wanted:
+                    return found
+                if found.checkpoint_id < wanted:
+                    return None
+            return None
+
+        target = checkpoint(checkpoint_id)
+        if target is None:
             return empty
-        located = self._locate(ref, head, checkpoint_id)
-        if located is None:
-            return empty
-        index, _, target = located
         collected: dict[str, builtins.list[PendingWrite]] = {ch: [] for ch in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
-        seen: set[str] = set()
-        current = target.parent_id
-        while current is not None and remaining and current not in seen:
-            seen.add(current)
-            found = index.checkpoints.get(current)
+        visited: set[str] = set()
+        current = target.record.parent_id
+        while current is not None and remaining and current not in visited:
+            visited.add(current)
+            found = checkpoint(current)
             if found is None:
                 break
-            record = found[1]
-            for write in reversed(index.writes_of(current)):
+            for write in reversed(found.writes):
                 if write.channel in remaining:
-                    value = self.codec.decode(self.serde, write.value, write.channel)
+                    value = self.codec.decode(write.value, write.channel)
                     collected[write.channel].append((write.task_id, write.channel, value))
-            for ch in [ch for ch in remaining if ch in record.values]:
-                seeds[ch] = self.codec.decode(self.serde, record.values[ch], ch)
+            for ch in [ch for ch in remaining if ch in found.record.values]:
+                seeds[ch] = self.codec.decode(found.record.values[ch], ch, found.oid)
                 remaining.discard(ch)
-            current = record.parent_id
+            current = found.record.parent_id
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}

@@ -3,40 +3,51 @@
 A value goes through the saver's serializer (``dumps_typed``: a type tag and bytes, the
 protocol every LangGraph serializer follows, JsonPlusSerializer by default). Small
 values stay inline in their record; larger ones become a blob holding ``type NUL
-bytes``. A list (exactly ``list``, non-empty, not tiny) is stored element by element:
-each element its own blob, so an element is stored once however many checkpoints,
-writes or copied threads hold it. A channel's list is a chain of ``message`` nodes, so
-the list of the next checkpoint, which usually extends this one, shares every node of
-its prefix and costs only its new elements; a write's list refers to its element blobs
-directly.
+bytes``. A list (exactly ``list``, non-empty, not tiny; also the list of a
+``DeltaChannel`` snapshot) is stored element by element: each element its own blob, so
+an element is stored once however many checkpoints, writes or copied threads hold it. A
+channel's list is stored in leaves (see ``records``): the next checkpoint's list shares
+every full leaf of its parent's and costs only its new elements.
+
+Nothing is serialized or decoded twice. The saver remembers, per record and channel, the
+list as Python objects together with the ids of their blobs and leaves (a ``ListMemo``):
+a put whose list starts with the very objects (``is``) of its parent checkpoint's list,
+as LangGraph's reducers hand them on, serializes only the elements after them; a
+get_tuple of a checkpoint the saver wrote or read before returns a new list of the same
+element objects without decoding anything, and one of another checkpoint decodes only
+the elements not decoded before (each element's decoded value is cached by its blob id).
+So an element changed in place, without a write that replaces it, is not saved, as with
+LangGraph's ``DeltaChannel``; values handed out are shared and must be treated as
+read-only (every list is a new list; the checkpoint and metadata dicts are copies). All
+of it lives in the journal's record cache, bounded by its budget.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..backends import NewObject
 from ..errors import InvalidInputError
-from ..journal.cache import BoundedCache
-from ..objects import Kind, MessageNode, object_id
-from ..objects.codec import object_header
-from .history import RecordStore
+from ..journal.records import RecordChange, RecordStore, blob_id
+from .history import Chains
 from .records import (
     BLOB,
     CHAIN,
+    DELTA_SNAPSHOT,
     EXTENDS,
     INLINE,
     ITEMS,
+    LEAVES,
     Serialized,
     StoredValue,
     decode_serialized,
     encode_serialized,
+    leaf_tree,
 )
 
 INLINE_LIMIT = 128
@@ -48,8 +59,13 @@ INLINE_WRITE_LIMIT = 1024
 checkpoint; a separate object would cost more than it could share)."""
 MIN_ELEMENT_BYTES = 48
 """A list is stored element by element only if its elements average at least this many
-bytes (a node costs about 150 bytes; a list of tiny items is cheaper as one blob)."""
+bytes (a reference costs about 80 bytes; a list of tiny items is cheaper as one blob)."""
+LEAF_SIZE = 32
+"""Elements per leaf of a stored list: a record holds at most this many element
+references less one; a read of n elements reads n / LEAF_SIZE leaves."""
 MAX_JSON_DEPTH = 64
+LIST_TAG = "langgraph list "
+VALUE_TAG = "langgraph value "
 
 
 def value_blob_oid(serialized: Serialized) -> str:
@@ -57,19 +73,25 @@ def value_blob_oid(serialized: Serialized) -> str:
     type_tag, data = serialized
     if not isinstance(type_tag, str) or "\0" in type_tag:
         raise InvalidInputError(f"serializer type tag {type_tag!r} is not a string without NUL")
-    prefix = type_tag.encode("utf-8") + b"\0"
-    hasher = blake3.blake3(object_header(Kind.BLOB, len(prefix) + len(data)))
-    hasher.update(prefix)
-    hasher.update(data)
-    return str(hasher.hexdigest())
+    return blob_id(type_tag.encode("utf-8") + b"\0", data)
 
 
-def node_body(message: str, parent: str | None) -> bytes:
-    """``MessageNode(message, parent).body()``, built directly (it is on the put path; a
-    test checks that both agree)."""
-    if parent is None:
-        return f'{{"message":"{message}"}}'.encode("ascii")
-    return f'{{"message":"{message}","parent":"{parent}"}}'.encode("ascii")
+@dataclass(frozen=True, slots=True)
+class ListMemo:
+    """A stored list as Python objects, with the blob ids of its elements and its leaves."""
+
+    items: tuple[Any, ...]
+    oids: tuple[str, ...]
+    size: int
+    """The serialized elements' bytes, in total."""
+    leaves: tuple[str, ...] = ()
+    """Leaf ``j`` holds elements ``j * LEAF_SIZE`` .. ``(j + 1) * LEAF_SIZE - 1`` (none if
+    the list is not stored in leaves of ``LEAF_SIZE``)."""
+
+    @property
+    def weight(self) -> int:
+        """Memory held beyond the elements themselves (which the value cache counts)."""
+        return 16 * len(self.items) + 8 * len(self.leaves) + 128
 
 
 @dataclass
@@ -77,10 +99,19 @@ class EncodedValue:
     """A value ready to store: where it will be and the objects to write for it."""
 
     value: StoredValue
-    objects: list[NewObject] = field(default_factory=list)
-    """Blobs and nodes, each after everything it references."""
-    elements: tuple[str, ...] = ()
-    """A list's element blobs (to cache once the record is written)."""
+    blobs: list[tuple[str, bytes]] = field(default_factory=list)
+    """Blobs to write (id, body)."""
+    leaves: list[tuple[tuple[str, ...], str | None]] = field(default_factory=list)
+    """Leaves to write (elements, leaf before), first to last."""
+    memo: ListMemo | None = None
+    """The list as stored (to remember once the record is written)."""
+
+    def write(self, change: RecordChange) -> None:
+        """Add this value's objects to ``change``, each after what it references."""
+        for oid, body in self.blobs:
+            change.blob(body, oid)
+        for elements, before in self.leaves:
+            change.record(None, leaf_tree(elements, before).refs)
 
 
 def is_plain_json(value: Any, depth: int = 0) -> bool:
@@ -118,69 +149,148 @@ def copy_json(value: Any) -> Any:
     return value
 
 
+def _common_prefix(items: Sequence[Any], known: tuple[Any, ...]) -> int:
+    """How many leading elements of ``items`` are the very objects of ``known``."""
+    length = len(known)
+    if len(items) >= length and all(map(_same, items[:length], known)):
+        return length
+    common = 0
+    for mine, theirs in zip(items, known, strict=False):
+        if mine is not theirs:
+            break
+        common += 1
+    return common
+
+
+def _common_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """The length of the common prefix of two sequences of ids."""
+    common = 0
+    for mine, theirs in zip(a, b, strict=False):
+        if mine != theirs:
+            break
+        common += 1
+    return common
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
+
+
 class ValueCodec:
-    """Encodes values into stored values plus objects, and decodes them back."""
+    """Encodes values into stored values plus objects, and decodes them back, for one
+    serializer (``tag`` names it in the journal's cache)."""
 
-    def __init__(self, records: RecordStore) -> None:
-        self.records = records
-        self._oids: BoundedCache[Serialized, str] = BoundedCache(
-            1 << 16, weigh=lambda item: len(item[1]), max_weight=32 << 20
-        )
+    def __init__(self, chains: Chains, serde: SerializerProtocol, tag: str) -> None:
+        self.chains = chains
+        self.records: RecordStore = chains.records
+        self.serde = serde
+        self._lists = LIST_TAG + tag
+        self._values = VALUE_TAG + tag
 
-    def _blob_oid(self, serialized: Serialized) -> str:
-        """``value_blob_oid``, remembered by the serialized bytes: a list's elements come
-        back every checkpoint, and a dict lookup costs less than hashing them again."""
-        oid = self._oids.get(serialized)
-        if oid is None:
-            oid = self._oids.put(serialized, value_blob_oid(serialized))
-        return oid
+    # -- remembering lists ----------------------------------------------------------------
+
+    def list_memo(self, record: str, channel: str) -> ListMemo | None:
+        """The list of ``channel`` in record ``record`` as this saver last wrote or read it."""
+        found: ListMemo | None = self.records.recall(f"{self._lists} {channel}", record)
+        return found
+
+    def remember_list(self, record: str, channel: str, memo: ListMemo) -> None:
+        """Remember the list of ``channel`` in a record written or read."""
+        self.records.remember(f"{self._lists} {channel}", record, memo, memo.weight)
 
     # -- encoding -------------------------------------------------------------------------
 
-    def encode(
-        self,
-        serde: SerializerProtocol,
-        value: Any,
-        *,
-        list_form: str = EXTENDS,
-        channel: str = "",
-        base: tuple[str, StoredValue] | None = None,
-    ) -> EncodedValue:
-        """Serialize ``value``; a list becomes ``items`` (``list_form=ITEMS``, for writes)
-        or, for a channel, an extension of ``base`` (the parent record and its value of
-        the same channel: stored and reachable from the ref being swapped) when it
-        extends that list, else a chain."""
-        limit = INLINE_WRITE_LIMIT if list_form == ITEMS else INLINE_LIMIT
+    def encode_write(self, value: Any) -> EncodedValue:
+        """A pending write's value: a list as ``items``, anything else inline or a blob."""
         if type(value) is list and value:
-            elements = [serde.dumps_typed(item) for item in value]
+            elements = [self.serde.dumps_typed(item) for item in value]
             total = sum(len(data) for _, data in elements)
-            if total > limit and total >= MIN_ELEMENT_BYTES * len(elements):
-                if list_form == ITEMS:
-                    return self._items([encode_serialized(item) for item in elements])
-                return self._list(elements, channel, base)
-        return self.encode_single(serde.dumps_typed(value), limit)
+            if total > INLINE_WRITE_LIMIT and total >= MIN_ELEMENT_BYTES * len(elements):
+                blobs = []
+                for serialized in elements:
+                    body = encode_serialized(serialized)
+                    blobs.append((value_blob_oid(serialized), body))
+                oids = tuple(oid for oid, _ in blobs)
+                return EncodedValue(StoredValue(ITEMS, oids=oids, count=len(oids)), blobs)
+        return self.encode_single(self.serde.dumps_typed(value), INLINE_WRITE_LIMIT)
 
-    def _list(
-        self, elements: list[Serialized], channel: str, base: tuple[str, StoredValue] | None
+    def encode_channel(
+        self,
+        value: Any,
+        parent: ListMemo | None,
+        written: Sequence[tuple[Any, str, int]] = (),
     ) -> EncodedValue:
-        blob_oids = tuple(map(self._blob_oid, elements))
-        if base is not None and base[1].form in (CHAIN, EXTENDS):
-            known = self.records.list_elements(base[1], channel)
-            if blob_oids == known:
-                return EncodedValue(base[1], elements=known)  # same list: same description
-            if len(known) < len(blob_oids) and blob_oids[: len(known)] == known:
-                added = len(known)
-                objects = []
-                for i in range(added, len(elements)):
-                    body = encode_serialized(elements[i])
-                    objects.append(NewObject(blob_oids[i], Kind.BLOB, body))
-                    self.records.remember_blob(blob_oids[i], body)
-                extended = StoredValue(
-                    EXTENDS, oids=blob_oids[added:], count=len(blob_oids), base=base[0]
-                )
-                return EncodedValue(extended, objects, blob_oids)
-        chain_base = base[1] if base is not None and base[1].form == CHAIN else None
-        return self.chain(blob_oids, elements, chain_base)
+        """A channel's value. A list (or a DeltaChannel snapshot's list) is stored in
+        leaves, reusing what ``parent`` (the parent checkpoint's list of the same channel)
+        holds: its leading elements that are the very objects of ``parent`` are neither
+        serialized nor written again, nor are its elements that are the very objects of
+        ``written`` (list items of writes in the record the put replaces, with their blob
+        ids and sizes: stored already, and reachable)."""
+        items, wrapper = value, ""
+        if isinstance(value, _DeltaSnapshot) and type(value.value) is list:
+            items, wrapper = value.value, DELTA_SNAPSHOT
+        if type(items) is not list or not items:
+            return self.encode_single(self.serde.dumps_typed(value))
+        common, size = 0, 0
+        oids: list[str] = []
+        if parent is not None and parent.items:
+            common = _common_prefix(items, parent.items)
+            oids = list(parent.oids[:common])
+            size = parent.size * common // len(parent.items)
+        known = {id(obj): (obj, oid, length) for obj, oid, length in written}
+        stored = set(parent.oids) if parent is not None and common < len(parent.oids) else ()
+        blobs: list[tuple[str, bytes]] = []
+        for item in items[common:]:
+            hit = known.get(id(item))
+            if hit is not None and hit[0] is item:
+                oids.append(hit[1])
+                size += hit[2]
+                continue
+            serialized = self.serde.dumps_typed(item)
+            size += len(serialized[1])
+            oid = value_blob_oid(serialized)
+            oids.append(oid)
+            if oid not in stored:  # (the parent's elements are stored and reachable)
+                blobs.append((oid, encode_serialized(serialized)))
+        if size <= INLINE_LIMIT or size < MIN_ELEMENT_BYTES * len(items):
+            return self.encode_single(self.serde.dumps_typed(value))
+        if parent is not None and common < len(parent.oids):
+            # the elements the parent's leaves hold, whatever objects they came from
+            common = common + _common_length(oids[common:], parent.oids[common:])
+        return self._leaves(items, tuple(oids), size, parent, common, blobs, wrapper)
+
+    def _leaves(
+        self,
+        items: list[Any],
+        oids: tuple[str, ...],
+        size: int,
+        parent: ListMemo | None,
+        common: int,
+        blobs: list[tuple[str, bytes]],
+        wrapper: str,
+    ) -> EncodedValue:
+        full = len(oids) // LEAF_SIZE
+        reused: list[str] = []
+        if parent is not None:
+            reused = list(parent.leaves[: min(common // LEAF_SIZE, full)])
+        leaves: list[tuple[tuple[str, ...], str | None]] = []
+        chain = list(reused)
+        for j in range(len(reused), full):
+            elements = oids[j * LEAF_SIZE : (j + 1) * LEAF_SIZE]
+            before = chain[-1] if chain else None
+            leaves.append((elements, before))
+            chain.append(_leaf_oid(elements, before))
+        tail = oids[full * LEAF_SIZE :]
+        stored = StoredValue(
+            LEAVES,
+            oids=tail,
+            count=len(oids),
+            base=chain[-1] if chain else None,
+            leaf_size=LEAF_SIZE,
+            wrapper=wrapper,
+        )
+        memo = ListMemo(tuple(items), oids, size, tuple(chain))
+        return EncodedValue(stored, blobs, leaves, memo)
 
     def encode_single(self, serialized: Serialized, limit: int = INLINE_LIMIT) -> EncodedValue:
         """A serialized value inline (up to ``limit`` bytes) or as one blob."""
@@ -188,111 +298,99 @@ class ValueCodec:
         body = encode_serialized(serialized)  # checks the tag and the bytes
         if len(data) <= limit:
             return EncodedValue(StoredValue(INLINE, serialized=(type_tag, bytes(data))))
-        oid = object_id(Kind.BLOB, body)
-        self.records.remember_blob(oid, body)
-        return EncodedValue(StoredValue(BLOB, oids=(oid,)), [NewObject(oid, Kind.BLOB, body)])
+        oid = blob_id(body)
+        return EncodedValue(StoredValue(BLOB, oids=(oid,)), [(oid, body)])
 
-    def _items(self, bodies: list[bytes]) -> EncodedValue:
-        objects = [NewObject(object_id(Kind.BLOB, body), Kind.BLOB, body) for body in bodies]
-        for obj in objects:
-            self.records.remember_blob(obj.oid, obj.body)
-        oids = tuple(obj.oid for obj in objects)
-        return EncodedValue(StoredValue(ITEMS, oids=oids, count=len(oids)), objects)
-
-    def chain(
-        self,
-        blob_oids: tuple[str, ...],
-        elements: list[Serialized] | None = None,
-        base: StoredValue | None = None,
-    ) -> EncodedValue:
-        """A list as a chain of message nodes (reusing the common prefix of ``base``'s
-        chain, or any stored prefix). ``elements``: the serialized elements to write,
-        None when they are all stored and reachable already (flattening a stored list)."""
-        objects: list[NewObject] = []
-        shared, parent = 0, None
-        if base is not None and base.form == CHAIN:
-            # the parent checkpoint's list: its nodes are stored and reachable from the
-            # ref being swapped, so the common prefix is reused without a write
-            known = self.records.elements(base.oids[0], base.count)
-            limit = min(len(known), len(blob_oids))
-            while shared < limit and known[shared] == blob_oids[shared]:
-                shared += 1
-            if shared:
-                parent = self._node_at(base.oids[0], base.count, shared)
-        if not shared:
-            node_oids: list[str] = []
-            for blob_oid in blob_oids:
-                parent = object_id(Kind.MESSAGE, node_body(blob_oid, parent))
-                node_oids.append(parent)
-            shared = self._stored_prefix(node_oids)
-            parent = node_oids[shared - 1] if shared else None
-            if parent is not None:  # reused without a reachable referrer: freshen it for gc
-                previous = node_oids[shared - 2] if shared > 1 else None
-                objects.append(
-                    NewObject(parent, Kind.MESSAGE, node_body(blob_oids[shared - 1], previous))
-                )
-        for i in range(shared, len(blob_oids)):
-            body = node_body(blob_oids[i], parent)
-            node_oid = object_id(Kind.MESSAGE, body)
-            if elements is not None:
-                element = encode_serialized(elements[i])
-                objects.append(NewObject(blob_oids[i], Kind.BLOB, element))
-                self.records.remember_blob(blob_oids[i], element)
-            objects.append(NewObject(node_oid, Kind.MESSAGE, body))
-            self.records.remember_node(node_oid, MessageNode(blob_oids[i], parent))
-            parent = node_oid
-        assert parent is not None
-        self.records.remember_elements(parent, blob_oids)
-        chain = StoredValue(CHAIN, oids=(parent,), count=len(blob_oids))
-        return EncodedValue(chain, objects, blob_oids)
-
-    def _node_at(self, head: str, count: int, length: int) -> str:
-        """The oid of the node ending the first ``length`` elements of a chain."""
-        current = head
-        for _ in range(count - length):
-            parent = self.records.node(current).parent
-            assert parent is not None
-            current = parent
-        return current
-
-    def _stored_prefix(self, chain: list[str]) -> int:
-        """How many leading nodes of a chain are stored (by the closure rule, a stored
-        node's ancestors are too, so a binary search finds the first missing one)."""
-        has: Callable[[str], bool] = self.records.store.objects.has
-        lo, hi = 0, len(chain)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if has(chain[mid]):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def flattened(self, value: StoredValue, channel: str) -> EncodedValue:
+        """A stored list of record format 1 (``extends``, ``chain``) in leaves, its
+        elements already stored (a rewritten chain's records then need no other)."""
+        oids, _ = self.chains.list_elements(value, channel)
+        full = len(oids) // LEAF_SIZE
+        leaves: list[tuple[tuple[str, ...], str | None]] = []
+        before: str | None = None
+        for j in range(full):
+            elements = oids[j * LEAF_SIZE : (j + 1) * LEAF_SIZE]
+            leaves.append((elements, before))
+            before = _leaf_oid(elements, before)
+        stored = StoredValue(
+            LEAVES, oids=oids[full * LEAF_SIZE :], count=len(oids), base=before, leaf_size=LEAF_SIZE
+        )
+        return EncodedValue(stored, [], leaves)
 
     # -- decoding -------------------------------------------------------------------------
 
-    def decode(self, serde: SerializerProtocol, value: StoredValue, channel: str = "") -> Any:
-        """The value back, deserialized (``channel``: whose list an ``extends`` continues)."""
+    def element(self, oid: str) -> Any:
+        """A list element's value (decoded once, then shared from the cache)."""
+        return self.records.derived(self._values, oid, self._decode_blob(oid))
+
+    def _decode_blob(self, oid: str) -> Any:
+        serde = self.serde
+
+        def decode(body: bytes) -> Any:
+            return serde.loads_typed(decode_serialized(body, oid))
+
+        return decode
+
+    def decode(self, value: StoredValue, channel: str = "", record: str | None = None) -> Any:
+        """The value back, deserialized; a list is a new list (its elements shared with
+        the cache). ``record``: the record holding it (whose list is remembered)."""
         if value.form == INLINE:
             assert value.serialized is not None
-            return serde.loads_typed(value.serialized)
+            return self.serde.loads_typed(value.serialized)
         if value.form == BLOB:
-            return self._load(serde, value.oids[0])
-        return [self._load(serde, oid) for oid in self.records.list_elements(value, channel)]
+            oid = value.oids[0]
+            return self.serde.loads_typed(decode_serialized(self.records.blob(oid), oid))
+        memo = self.read_list(value, channel, record)
+        if value.wrapper == DELTA_SNAPSHOT:
+            return _DeltaSnapshot(list(memo.items))
+        return list(memo.items)
 
-    def _load(self, serde: SerializerProtocol, oid: str) -> Any:
-        return serde.loads_typed(decode_serialized(self.records.blob(oid), oid))
+    def read_list(self, value: StoredValue, channel: str, record: str | None) -> ListMemo:
+        """A stored list as a memo (remembered for ``record``)."""
+        if record is not None:
+            found = self.list_memo(record, channel)
+            if found is not None and len(found.oids) == value.count:
+                return found
+        oids, leaves = self.chains.list_elements(value, channel)
+        items = tuple(self.element(oid) for oid in oids)
+        size = sum(len(self.records.blob(oid)) for oid in oids)
+        if value.form != LEAVES or value.leaf_size != LEAF_SIZE:
+            leaves = ()
+        memo = ListMemo(items, oids, size, leaves)
+        if record is not None:
+            self.remember_list(record, channel, memo)
+        return memo
 
-    def decode_part(self, serde: SerializerProtocol, part: dict[str, Any] | StoredValue) -> Any:
+    def decode_part(self, part: dict[str, Any] | StoredValue) -> Any:
         """A record's checkpoint or metadata: plain JSON (copied) or a serialized blob."""
         if isinstance(part, StoredValue):
-            return self.decode(serde, part)
+            return self.decode(part)
         return copy_json(part)
 
-    def encode_part(self, serde: SerializerProtocol, value: Any) -> EncodedValue | dict[str, Any]:
+    def encode_part(self, value: Any) -> EncodedValue | dict[str, Any]:
         """A checkpoint or metadata dict: inline if plain JSON, else a serialized blob."""
         if type(value) is dict and is_plain_json(value):
             return value
-        serialized = serde.dumps_typed(value)
-        body = encode_serialized(serialized)
-        oid = object_id(Kind.BLOB, body)
-        return EncodedValue(StoredValue(BLOB, oids=(oid,)), [NewObject(oid, Kind.BLOB, body)])
+        body = encode_serialized(self.serde.dumps_typed(value))
+        oid = blob_id(body)
+        return EncodedValue(StoredValue(BLOB, oids=(oid,)), [(oid, body)])
+
+
+def _leaf_oid(elements: tuple[str, ...], before: str | None) -> str:
+    from ..journal.records import RecordChange
+
+    change = RecordChange()
+    oid, _ = change.record(None, leaf_tree(elements, before).refs)
+    return oid
+
+
+__all__ = [
+    "CHAIN",
+    "EXTENDS",
+    "EncodedValue",
+    "ListMemo",
+    "ValueCodec",
+    "copy_json",
+    "is_plain_json",
+    "value_blob_oid",
+]
