@@ -1,7 +1,8 @@
 """LangGraph checkpointers on one conversation: SqliteSaver, SqliteSaver with DeltaChannel,
 and cas-journal's CasJournalSaver, in the same run.
 
-    python -m bench.langgraph_bench [--turns 250] [--data-dir DIR] [--json FILE]
+    python -m bench.langgraph_bench [--turns 250] [--long-turns 2000] [--data-dir DIR]
+                                    [--json FILE] [--publish]
 
 The graph is the usual chatbot: a ``StateGraph`` whose ``messages`` channel uses
 ``add_messages``, one node calling LangChain's fake chat model (no network), invoked once
@@ -13,7 +14,17 @@ bytes are measured after each store's own compaction: ``VACUUM`` for SQLite, ``p
 for gc on a full disk, is reported apart). ``copy_thread`` copies the finished thread
 (SqliteSaver has none: the equivalent ``INSERT ... SELECT`` of its rows is timed instead).
 The DeltaChannel row declares ``messages`` as LangGraph's (beta) ``DeltaChannel`` with the
-same reducer, so checkpoints store writes and a snapshot every 100 updates.
+same reducer, so checkpoints store writes and a snapshot every 100 updates. The cold
+get_tuple is timed in a new process (imports and opening the store not counted; the median
+of three such processes): it reads the finished thread's newest checkpoint. (A
+DeltaChannel get_tuple returns the checkpoint without the channel's value: LangGraph then
+asks ``get_delta_channel_history`` for the writes to replay, which a turn's time includes.)
+
+A second run drives ``--long-turns`` turns on SqliteSaver with DeltaChannel and the durable
+CasJournalSaver and compares the put and get_tuple medians of the 20 turns around turn
+100 with those of the last 20 turns: a saver whose costs grow with the thread's history
+shows it there. ``--publish`` writes the tables into bench/RESULTS.md (section
+``langgraph``).
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ import random
 import shutil
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -47,6 +60,14 @@ from cas_journal.maintenance import gc, pack
 
 from . import textgen as tg
 from .measure import machine_info
+from .sections import publish
+
+LONG_SYSTEMS = ("sqlite-delta", "cas")
+"""The savers of the long run (SqliteSaver without DeltaChannel stores the whole history at
+every checkpoint: 2,000 turns would take tens of GB)."""
+WINDOW = 20
+"""Turns per window of the long run (around turn 100, and the last)."""
+COLD_PROBES = 3
 
 
 def fold_messages(state: Messages, writes: Sequence[Any]) -> Messages:
@@ -126,8 +147,10 @@ def run_graph(
     schema: type[ListState | DeltaState],
     users: list[str],
     answers: list[str],
+    marks: list[tuple[int, int]] | None = None,
 ) -> tuple[Timed, list[float]]:
-    """Drive the chatbot for every turn; returns the timers and each invoke's seconds."""
+    """Drive the chatbot for every turn; returns the timers and each invoke's seconds.
+    ``marks`` gets, per turn, how many puts and get_tuples were timed before it."""
     timed = Timed(saver)
     model = FakeListChatModel(responses=answers)
 
@@ -145,6 +168,8 @@ def run_graph(
     config: RunnableConfig = {"configurable": {"thread_id": "bench"}}
     turns = []
     for text in users:
+        if marks is not None:
+            marks.append((len(timed.puts), len(timed.gets)))
         started = time.perf_counter()
         graph.invoke({"messages": [{"role": "user", "content": text}]}, config, durability="sync")
         turns.append(time.perf_counter() - started)
@@ -163,6 +188,43 @@ def timed_once(action: Callable[[], Any], repeat: int = 20) -> list[float]:
     return seconds
 
 
+def cold_get(kind: str, path: Path) -> float:
+    """Seconds of the first get_tuple of the bench thread in a new process (the median of
+    ``COLD_PROBES`` processes); the store stays open here."""
+    seconds = []
+    for _ in range(COLD_PROBES):
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.langgraph_bench", "--cold-probe", kind, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        seconds.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(seconds)
+
+
+def cold_probe(kind: str, path: Path) -> None:
+    """(In the new process.) Open the store, then time one get_tuple; print the seconds."""
+    config: RunnableConfig = {"configurable": {"thread_id": "bench"}}
+    if kind == "sqlite":
+        conn = sqlite3.connect(path, check_same_thread=False)
+        saver: BaseCheckpointSaver[Any] = SqliteSaver(conn)
+        started = time.perf_counter()
+        found = saver.get_tuple(config)
+        seconds = time.perf_counter() - started
+        conn.close()
+    else:
+        with cj.Journal.open(path) as journal:
+            saver = CasJournalSaver(journal)
+            started = time.perf_counter()
+            found = saver.get_tuple(config)
+            seconds = time.perf_counter() - started
+    if found is None:
+        raise RuntimeError(f"{kind}: no checkpoint in {path}")
+    print(seconds)
+
+
 def sqlite_system(root: Path, delta: bool) -> Generator[dict[str, Any], None, None]:
     path = root / "checkpoints.sqlite"
     conn = sqlite3.connect(path, check_same_thread=False)
@@ -170,6 +232,7 @@ def sqlite_system(root: Path, delta: bool) -> Generator[dict[str, Any], None, No
     yield {"saver": saver, "state": DeltaState if delta else ListState}
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     before = du(root)
+    cold = cold_get("sqlite", path)
     copies = iter(range(10**6))
 
     def sql_copy() -> None:
@@ -200,6 +263,7 @@ def sqlite_system(root: Path, delta: bool) -> Generator[dict[str, Any], None, No
         "copy": copy_seconds,
         "copy_how": "SQL INSERT ... SELECT of the thread's rows (SqliteSaver has no copy_thread)",
         "checkpoints": rows,
+        "cold_get": cold,
     }
     conn.close()
 
@@ -218,11 +282,7 @@ def cas_system(root: Path, durable: bool) -> Generator[dict[str, Any], None, Non
     assert copied.checkpoint["id"] == original.checkpoint["id"]
     for n in range(len(copy_seconds)):
         saver.delete_thread(f"copy-{n}")
-    with cj.Journal.open(root / "store", durable=durable) as reopened:
-        cold = CasJournalSaver(reopened)
-        started = time.perf_counter()
-        cold.get_tuple(config)
-        cold_get = time.perf_counter() - started
+    cold = cold_get("cas", root / "store")
     pack(journal.store)
     gc(journal.store, prune_now=True, reflog_expiry=timedelta(0))
     checkpoints = sum(1 for _ in saver.list(config))
@@ -233,7 +293,7 @@ def cas_system(root: Path, durable: bool) -> Generator[dict[str, Any], None, Non
         "copy": copy_seconds,
         "copy_how": "CasJournalSaver.copy_thread (a ref copy per namespace)",
         "checkpoints": checkpoints,
-        "cold_get": cold_get,
+        "cold_get": cold,
         "reserve_bytes": reserve_bytes(root),
     }
 
@@ -254,10 +314,12 @@ def measure(name: str, root: Path, users: list[str], answers: list[str]) -> dict
     root.mkdir(parents=True)
     steps = factory(root)
     setup = next(steps)
-    timed, turns = run_graph(setup["saver"], setup["state"], users, answers)
+    marks: list[tuple[int, int]] = []
+    timed, turns = run_graph(setup["saver"], setup["state"], users, answers, marks)
     after = next(steps)
     steps.close()
     return {
+        "windows": windows(timed, turns, marks),
         "system": name,
         "label": label,
         "put_median": statistics.median(timed.puts),
@@ -269,6 +331,26 @@ def measure(name: str, root: Path, users: list[str], answers: list[str]) -> dict
         **{k: v for k, v in after.items() if k != "copy"},
         "copy_median": statistics.median(after["copy"]),
     }
+
+
+def windows(timed: Timed, turns: list[float], marks: list[tuple[int, int]]) -> dict[str, Any]:
+    """Put, get_tuple and turn medians of the ``WINDOW`` turns around turn 100 and of the
+    last ``WINDOW`` turns (when the run has both)."""
+    count = len(turns)
+    if count < 100 + WINDOW:
+        return {}
+    found: dict[str, Any] = {}
+    for name, first in (("early", 100 - WINDOW // 2), ("late", count - WINDOW)):
+        last = first + WINDOW
+        puts_from, gets_from = marks[first]
+        puts_to, gets_to = marks[last] if last < count else (len(timed.puts), len(timed.gets))
+        found[name] = {
+            "turns": [first + 1, last],
+            "put": statistics.median(timed.puts[puts_from:puts_to]),
+            "get": statistics.median(timed.gets[gets_from:gets_to]),
+            "turn": statistics.median(turns[first:last]),
+        }
+    return found
 
 
 def human_bytes(n: float) -> str:
@@ -283,63 +365,144 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.0f} µs"
 
 
-def report(results: list[dict[str, Any]], turns: int, machine: dict[str, Any]) -> str:
-    """The results as a markdown table (ratios: cas-journal ÷ peer)."""
-    cas = next(r for r in results if r["system"] == "cas")
+def report(
+    results: list[dict[str, Any]],
+    long: list[dict[str, Any]],
+    turns: int,
+    long_turns: int,
+    machine: dict[str, Any],
+) -> str:
+    """The results as markdown: the table, the goals of the saver's speed issue, the long
+    run (ratios: cas-journal ÷ peer)."""
+    load = ", ".join(f"{x:.1f}" for x in machine["loadavg_start"])
+    end = ", ".join(f"{x:.1f}" for x in machine.get("loadavg_end", ()))
     lines = [
+        f"`python -m bench.langgraph_bench --turns {turns} --long-turns {long_turns}`, one run: "
         f"{turns} turns, ~0.5 KB user + ~2 KB assistant text each; machine: {machine['cpu']}, "
-        f"{machine['cores']} cores, {machine['bench_fs']}, load {machine['loadavg_start']}",
+        f"{machine['cores']} cores, {machine['bench_fs']}; one-minute load average "
+        f"{load} at the start, {end} at the end.",
         "",
-        "| saver | checkpoints | bytes (before) | bytes after compaction | cas ÷ this |"
-        " put median | put p90 | get_tuple median | get_tuple p90 | turn median |"
-        " copy_thread | copy how |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| saver | checkpoints | bytes after compaction | cas ÷ this | put median | put p90 |"
+        " get_tuple median | get_tuple p90 | turn median | cold get_tuple | copy_thread |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    by_name = {r["system"]: r for r in results}
+    cas = by_name.get("cas")
     for r in results:
-        ratio = cas["bytes_after"] / r["bytes_after"]
+        ratio = f"{cas['bytes_after'] / r['bytes_after']:.4f}" if cas else "-"
         lines.append(
-            f"| {r['label']} | {r['checkpoints']} | {human_bytes(r['bytes_before'])} | "
-            f"{human_bytes(r['bytes_after'])} | {ratio:.4f} (1/{1 / ratio:.0f}) | "
+            f"| {r['label']} | {r['checkpoints']} | {human_bytes(r['bytes_after'])} | {ratio} | "
             f"{ms(r['put_median'])} | {ms(r['put_p90'])} | {ms(r['get_median'])} | "
-            f"{ms(r['get_p90'])} | {ms(r['turn_median'])} | {ms(r['copy_median'])} | "
-            f"{r['copy_how']} |"
+            f"{ms(r['get_p90'])} | {ms(r['turn_median'])} | {ms(r['cold_get'])} | "
+            f"{ms(r['copy_median'])} |"
         )
     lines.append("")
     lines.append(
-        f"cas-journal cold get_tuple (new saver, first read of the {turns}-turn thread): "
-        f"{ms(cas['cold_get'])}"
+        "copy_thread: CasJournalSaver.copy_thread (a ref copy per namespace); SqliteSaver has "
+        "none, so the SQL `INSERT ... SELECT` of the thread's rows is timed instead."
     )
-    if cas.get("reserve_bytes"):
-        reserve = human_bytes(cas["reserve_bytes"])
+    if cas and cas.get("reserve_bytes"):
         lines.append(
-            f"Not counted above: the local store's reserve file ({reserve}, space set aside"
-            " so that gc can run on a full disk; no data)."
+            f"Not counted above: the local store's reserve file "
+            f"({human_bytes(cas['reserve_bytes'])}, space set aside so that gc can run on a "
+            "full disk; no data)."
         )
+    long_by = {r["system"]: r for r in long}
+    delta = by_name.get("sqlite-delta")
+    goals = []
+    if cas and delta:
+        goals += [
+            ("put median ≤ DeltaChannel's", cas["put_median"], delta["put_median"], 1.0),
+            (
+                "get_tuple median ≤ 2 x DeltaChannel's",
+                cas["get_median"],
+                delta["get_median"],
+                2.0,
+            ),
+            ("turn median ≤ DeltaChannel's", cas["turn_median"], delta["turn_median"], 1.0),
+            ("cold get_tuple ≤ 20 ms", cas["cold_get"], 0.020, 1.0),
+            ("bytes ≤ 0.1 x DeltaChannel's", cas["bytes_after"], delta["bytes_after"], 0.1),
+        ]
+    long_cas = long_by.get("cas", {}).get("windows", {})
+    if long_cas:
+        early, late = long_cas["early"], long_cas["late"]
+        goals += [
+            (f"put at turn {long_turns} ≤ 1.5 x turn 100", late["put"], early["put"], 1.5),
+            (f"get_tuple at turn {long_turns} ≤ 1.5 x turn 100", late["get"], early["get"], 1.5),
+        ]
+    if goals:
+        lines += [
+            "",
+            "CasJournalSaver (durable) against the goals:",
+            "",
+            "| goal | measured | limit | ratio to the reference | met |",
+            "|---|---|---|---|---|",
+        ]
+        for goal, value, reference, factor in goals:
+            limit = reference * factor
+            shown = human_bytes if "bytes" in goal else ms
+            lines.append(
+                f"| {goal} | {shown(value)} | {shown(limit)} | {value / reference:.3f} | "
+                f"{'yes' if value <= limit else 'no'} |"
+            )
+    if long:
+        lines += [
+            "",
+            f"{long_turns} turns (medians of turns {long[0]['windows']['early']['turns'][0]}-"
+            f"{long[0]['windows']['early']['turns'][1]} and of the last {WINDOW}):",
+            "",
+            "| saver | put, turn ~100 | put, last turns | ratio | get_tuple, turn ~100 |"
+            " get_tuple, last turns | ratio | turn, turn ~100 | turn, last turns |"
+            " bytes after compaction |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in long:
+            early, late = r["windows"]["early"], r["windows"]["late"]
+            lines.append(
+                f"| {r['label']} | {ms(early['put'])} | {ms(late['put'])} | "
+                f"{late['put'] / early['put']:.2f} | {ms(early['get'])} | {ms(late['get'])} | "
+                f"{late['get'] / early['get']:.2f} | {ms(early['turn'])} | {ms(late['turn'])} | "
+                f"{human_bytes(r['bytes_after'])} |"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=250)
+    parser.add_argument("--long-turns", type=int, default=2000, help="0: no long run")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--publish", action="store_true", help="write into bench/RESULTS.md")
+    parser.add_argument("--cold-probe", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cold_probe:
+        cold_probe(args.cold_probe[0], Path(args.cold_probe[1]))
+        return
     users, answers = conversation(args.turns)
     work = Path(tempfile.mkdtemp(prefix="lg-bench-", dir=args.data_dir or Path.cwd()))
     machine = machine_info(work)
+    print(f"load average at the start: {machine['loadavg_start']}", flush=True)
     try:
         results = []
         for name in args.systems.split(","):
             print(f"{name} ...", flush=True)
             results.append(measure(name, work / name, users, answers))
+        long = []
+        if args.long_turns:
+            long_users, long_answers = conversation(args.long_turns)
+            for name in LONG_SYSTEMS:
+                print(f"{name}, {args.long_turns} turns ...", flush=True)
+                long.append(measure(name, work / f"long-{name}", long_users, long_answers))
         machine["loadavg_end"] = os.getloadavg()
-        text = report(results, args.turns, machine)
+        text = report(results, long, args.turns, args.long_turns, machine)
         print(text)
+        if args.publish:
+            publish("langgraph", "## LangGraph savers\n\n" + text)
         if args.json:
-            args.json.write_text(
-                json.dumps({"machine": machine, "turns": args.turns, "results": results}, indent=2)
-            )
+            payload = {"machine": machine, "turns": args.turns, "results": results, "long": long}
+            args.json.write_text(json.dumps(payload, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

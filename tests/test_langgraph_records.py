@@ -10,17 +10,21 @@ from cas_journal.errors import CorruptObject, InvalidInputError
 from cas_journal.langgraph.records import (
     BLOB,
     CHAIN,
+    DELTA_SNAPSHOT,
     EXTENDS,
     INLINE,
     ITEMS,
+    LEAVES,
     Record,
     StoredValue,
     StoredWrite,
     decode_serialized,
     encode_serialized,
+    leaf_tree,
     merge_writes,
+    read_leaf,
 )
-from cas_journal.objects import Kind, TreeNode
+from cas_journal.objects import Kind, TreeNode, object_id
 
 oids = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 names = st.text(min_size=1, max_size=12)
@@ -43,6 +47,21 @@ def channel_values() -> st.SearchStrategy[StoredValue]:
             st.lists(oids, min_size=1, max_size=3),
             st.integers(1, 9),
         ),
+        st.builds(
+            lambda size, leaves, tail, last, wrapper: StoredValue(
+                LEAVES,
+                oids=tuple(tail[: (size - 1)]),
+                count=leaves * size + len(tail[: (size - 1)]),
+                base=last if leaves else None,
+                leaf_size=size,
+                wrapper=wrapper,
+            ),
+            st.integers(2, 5),
+            st.integers(0, 4),
+            st.lists(oids, max_size=4),
+            oids,
+            st.sampled_from(["", DELTA_SNAPSHOT]),
+        ).filter(lambda value: value.count > 0),
     )
 
 
@@ -126,6 +145,22 @@ OID = "ab" * 32
             {"v/0/0": (Kind.BLOB, OID), "v/0/base": (Kind.TREE, OID)},
         ),
         ({"id": "x", "checkpoint": {}, "metadata": {}, "values": {"c": ["inline", "t", "ā"]}}, {}),
+        (  # five elements in leaves of two: two leaves and one more; the leaves missing
+            {"id": "x", "checkpoint": {}, "metadata": {}, "values": {"c": ["leaves", 5, 2]}},
+            {"v/0/0": (Kind.BLOB, OID)},
+        ),
+        (  # a leaf of one element
+            {"id": "x", "checkpoint": {}, "metadata": {}, "values": {"c": ["leaves", 1, 1]}},
+            {"v/0/0": (Kind.BLOB, OID)},
+        ),
+        (  # an unknown wrapper
+            {"id": "x", "checkpoint": {}, "metadata": {}, "values": {"c": ["leaves", 1, 2, "x"]}},
+            {"v/0/0": (Kind.BLOB, OID)},
+        ),
+        (  # leaves are for channels, not writes
+            {"id": "x", "writes": [["t", 0, "c", "", ["leaves", 1, 2]]]},
+            {"w/0/0": (Kind.BLOB, OID)},
+        ),
         (
             {
                 "id": "x",
@@ -175,3 +210,65 @@ def test_merge_keeps_regular_writes_and_replaces_special_ones() -> None:
     assert tags[("b", 0)] == ("v", b"")  # a regular write is kept as first stored
     assert tags[("a", -1)] == ("e2", b"")  # a special one is replaced
     assert merge_writes(again, [write("b", 0, "p2")]) == again
+
+
+def test_golden_leaves_and_record() -> None:
+    """The bytes and ids of record format 2's leaves and a record holding a list in them
+    (a change to either is a format change)."""
+    elements = tuple(f"{i:02x}" * 32 for i in range(1, 4))
+    first = leaf_tree(elements[:2], None)
+    assert first.body() == (
+        b'{"refs":{"0":["blob","' + b"01" * 32 + b'"],"1":["blob","' + b"02" * 32 + b'"]}}'
+    )
+    first_oid = object_id(Kind.TREE, first.body())
+    assert first_oid == "a0afa510ded4f19cccbb8ba397e523881e40a611bb779295a3faa62e9099dcf8"
+    second = leaf_tree((elements[2], elements[0]), first_oid)
+    second_oid = object_id(Kind.TREE, second.body())
+    assert second_oid == "70568a6883af19ecc8fa6a6478040e9c923d90a95014b52c86e32e85f68f8f23"
+    assert read_leaf(second, second_oid, 2) == ((elements[2], elements[0]), first_oid)
+    record = Record(
+        "1f0",
+        checkpoint={"v": 4},
+        metadata={"step": 1},
+        values={
+            "messages": StoredValue(
+                LEAVES,
+                oids=(elements[1],),
+                count=5,
+                base=second_oid,
+                leaf_size=2,
+                wrapper=DELTA_SNAPSHOT,
+            ),
+            "x": StoredValue(INLINE, serialized=("null", b"")),
+        },
+    )
+    body = record.tree().body()
+    assert body == (
+        b'{"data":{"checkpoint":{"v":4},"id":"1f0","metadata":{"step":1},"values":'
+        b'{"messages":["leaves",5,2,"delta-snapshot"],"x":["inline","null",""]}},'
+        b'"refs":{"v/0/0":["blob","'
+        + b"02" * 32
+        + b'"],"v/0/leaves":["tree","'
+        + second_oid.encode()
+        + b'"]}}'
+    )
+    assert object_id(Kind.TREE, body) == (
+        "d29b4ea3edeaa0d57fae8a57dfb858614ae19305a1f0cdadc694b4c31407298a"
+    )
+    assert Record.from_tree(TreeNode.parse(body)) == record
+
+
+@pytest.mark.parametrize(
+    "refs",
+    [
+        {"0": (Kind.BLOB, OID)},  # one element short
+        {"0": (Kind.BLOB, OID), "1": (Kind.TREE, OID)},  # an element that is not a blob
+        {"0": (Kind.BLOB, OID), "1": (Kind.BLOB, OID), "before": (Kind.BLOB, OID)},
+        {"0": (Kind.BLOB, OID), "2": (Kind.BLOB, OID)},
+    ],
+)
+def test_malformed_leaves_are_corrupt(refs: dict[str, tuple[Kind, str]]) -> None:
+    with pytest.raises(CorruptObject):
+        read_leaf(TreeNode(refs=refs), OID, 2)
+    with pytest.raises(CorruptObject):
+        read_leaf(TreeNode(refs={"0": (Kind.BLOB, OID), "1": (Kind.BLOB, OID)}, data=1), OID, 2)

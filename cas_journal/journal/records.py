@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from ..backends import NewObject, RefUpdate, Store
@@ -152,6 +152,10 @@ class RecordStore:
         """What ``remember`` cached for ``(tag, oid)``, or None."""
         return self._cached(tag, oid)
 
+    def has_derived(self, tag: str, oid: str) -> bool:
+        """True if ``derived(tag, oid, ...)`` would answer from the cache."""
+        return (tag, oid) in self._cache.data
+
     def derived(self, tag: str, oid: str, make: Callable[[bytes], T], weight: int = 3) -> T:
         """``make(body)`` of blob ``oid``, cached under ``tag`` (weighing ``weight`` times
         the body): a value decoded once is reused for as long as the cache keeps it."""
@@ -189,6 +193,15 @@ class RecordStore:
             return body
         body = self._get(oid, Kind.BLOB)
         return self.remember("blob", oid, body, len(body) + 64)
+
+    def read_blobs(self, oids: Iterable[str]) -> None:
+        """Read the blobs among ``oids`` not cached yet, in one batch (the store reads
+        each pack block once and the rest in few queries), into the cache."""
+        missing = [oid for oid in oids if ("blob", oid) not in self._cache.data]
+        for oid, kind, body in self.store.objects.get_many(missing):
+            if kind is not Kind.BLOB:
+                raise CorruptObject(f"expected a blob, found a {kind.value}", oid)
+            self.remember("blob", oid, body, len(body) + 64)
 
     def node(self, oid: str) -> tuple[str, str | None]:
         """A message node's (message, parent) ids (verified, cached)."""

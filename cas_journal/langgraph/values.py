@@ -60,7 +60,7 @@ checkpoint; a separate object would cost more than it could share)."""
 MIN_ELEMENT_BYTES = 48
 """A list is stored element by element only if its elements average at least this many
 bytes (a reference costs about 80 bytes; a list of tiny items is cheaper as one blob)."""
-LEAF_SIZE = 32
+LEAF_SIZE = 16
 """Elements per leaf of a stored list: a record holds at most this many element
 references less one; a read of n elements reads n / LEAF_SIZE leaves."""
 MAX_JSON_DEPTH = 64
@@ -352,6 +352,8 @@ class ValueCodec:
             if found is not None and len(found.oids) == value.count:
                 return found
         oids, leaves = self.chains.list_elements(value, channel)
+        records, tag = self.records, self._values
+        records.read_blobs(oid for oid in oids if not records.has_derived(tag, oid))
         items = tuple(self.element(oid) for oid in oids)
         size = sum(len(self.records.blob(oid)) for oid in oids)
         if value.form != LEAVES or value.leaf_size != LEAF_SIZE:

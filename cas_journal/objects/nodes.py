@@ -800,7 +800,8 @@ class TreeNode:
             if not is_oid(ref[1]):
                 raise r.fail(f"reference {name[:80]!r} does not hold an object id")
             refs[name] = (_KINDS_BY_NAME[ref[0]], ref[1])
-        node = cls(refs=refs, data=r.value.get("data"))
+        node = cls.__new__(cls)  # (the references are checked above: not checked twice)
+        node._refs, node._data = refs, r.value.get("data")
         try:
             canonical = node.body()
         except (InvalidInputError, RecursionError) as exc:
