@@ -45,6 +45,7 @@ __all__ = [
     "UNCHANGED",
     "RecordChange",
     "RecordStore",
+    "RefKind",
     "Tree",
     "blob_id",
 ]
@@ -59,6 +60,8 @@ PREVIOUS = "previous"
 """The reference a record names the one before it in its chain with."""
 Tree = TreeNode
 """A record as stored: ``refs`` (name -> (kind, id)) and ``data`` (JSON)."""
+RefKind = Kind
+"""The type of a reference's kind (``BLOB``, ``RECORD``, ``NODE``)."""
 UNCHANGED: Final = "<unchanged>"
 """What ``build`` returns when the chain already holds what it wanted: nothing is written."""
 

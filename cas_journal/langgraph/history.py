@@ -1,21 +1,20 @@
-"""The record chains of LangGraph namespaces in a store: names, reads, indexes, commits.
+"""The record chains of LangGraph namespaces: names, walks, indexes, list elements.
 
 Each (thread, checkpoint namespace) has one ref, ``langgraph/<thread>/<namespace>`` (the
 thread id with ``%`` and ``/`` percent-escaped, so one thread's refs are exactly those
 under its prefix; the backend escapes the whole name its own way), pointing at the newest
-record of its chain. A thread id and namespace must fit in one ref name (2,048 bytes).
-Every change is one ``Store.commit``: the new objects, then one compare-and-swap of the
-ref. Puts and writes are not reflogged (the chain itself is their history); deletes,
-copies and prunes are, so they can be undone until gc expires the reflog.
+record of its chain in the journal's record store (``Journal.records``). A thread id and
+namespace must fit in one ref name (2,048 bytes). Puts and writes are not reflogged (the
+chain itself is their history); deletes, copies and prunes are, so they can be undone
+until gc expires the reflog.
 
-Reading is cached per process: records, message nodes and value blobs are immutable, so
-caching them by oid is always correct; the index of a chain (checkpoint id -> record) is
-kept per ref with the head it was built from and extended when the head moves.
-
-Writers of one namespace in this process take turns (a lock per ref stripe), so threads
-of one process never lose compare-and-swap races to each other, and a writer starts from
-the head this process last saw: the swap itself checks it, and only a lost swap (another
-process wrote) costs a fresh read. On S3 that saves a request per write.
+Reads go through the record store's cache: records parsed, leaves, chains of message
+nodes (record format 1) and whole-chain indexes, each by the id of the object it was read
+from (an object never changes, so nothing cached is stale). ``Chains.checkpoints`` walks
+a chain newest first and gives each checkpoint as soon as no older record can hold a
+greater id, so a reader takes only as much of a long chain as it needs; the index of a
+whole chain (for the rarer calls that need one: a write for an old checkpoint, a prune)
+extends the index of an older head of the same chain.
 """
 
 from __future__ import annotations

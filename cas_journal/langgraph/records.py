@@ -60,7 +60,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CorruptObject, InvalidInputError
-from ..objects import Kind, TreeNode
+from ..journal.records import BLOB as BLOB_REF
+from ..journal.records import NODE as NODE_REF
+from ..journal.records import PREVIOUS, RefKind, Tree
+from ..journal.records import RECORD as RECORD_REF
 
 Serialized = tuple[str, bytes]
 """A value as LangGraph's serializer protocol gives it: ``(type tag, bytes)``."""
@@ -77,7 +80,6 @@ LEAF_BEFORE = "before"
 """A leaf's reference to the leaf before it."""
 
 BASE = "base"
-PREVIOUS = "previous"
 CHECKPOINT = "checkpoint"
 METADATA = "metadata"
 VALUE_PREFIX = "v/"
@@ -140,20 +142,20 @@ class StoredValue:
             return [*spec, self.wrapper] if self.wrapper else spec
         return [self.form, self.count]
 
-    def refs(self, name: str) -> dict[str, tuple[Kind, str]]:
+    def refs(self, name: str) -> dict[str, tuple[RefKind, str]]:
         """The references this value adds to its record under ``name``."""
         if self.form == BLOB:
-            return {name: (Kind.BLOB, self.oids[0])}
+            return {name: (BLOB_REF, self.oids[0])}
         if self.form == CHAIN:
-            return {name: (Kind.MESSAGE, self.oids[0])}
-        refs = {f"{name}/{i}": (Kind.BLOB, oid) for i, oid in enumerate(self.oids)}
+            return {name: (NODE_REF, self.oids[0])}
+        refs = {f"{name}/{i}": (BLOB_REF, oid) for i, oid in enumerate(self.oids)}
         if self.form == LEAVES:
             if self.base is not None:
-                refs[f"{name}/{LEAVES}"] = (Kind.TREE, self.base)
+                refs[f"{name}/{LEAVES}"] = (RECORD_REF, self.base)
             return refs
         if self.form == EXTENDS:
             assert self.base is not None
-            refs[f"{name}/{BASE}"] = (Kind.TREE, self.base)
+            refs[f"{name}/{BASE}"] = (RECORD_REF, self.base)
         return refs
 
 
@@ -222,17 +224,17 @@ class Record:
         """The same record with other writes."""
         return replace(self, writes=writes)
 
-    def tree(self) -> TreeNode:
+    def tree(self) -> Tree:
         """This record as a tree object."""
         data, refs = self.parts()
         if self.previous is not None:
-            refs[PREVIOUS] = (Kind.TREE, self.previous)
-        return TreeNode(refs=refs, data=data)
+            refs[PREVIOUS] = (RECORD_REF, self.previous)
+        return Tree(refs=refs, data=data)
 
-    def parts(self) -> tuple[dict[str, Any], dict[str, tuple[Kind, str]]]:
+    def parts(self) -> tuple[dict[str, Any], dict[str, tuple[RefKind, str]]]:
         """This record's tree data and references, but its ``previous`` reference."""
         data: dict[str, Any] = {"id": self.checkpoint_id}
-        refs: dict[str, tuple[Kind, str]] = {}
+        refs: dict[str, tuple[RefKind, str]] = {}
         for key, part in ((CHECKPOINT, self.checkpoint), (METADATA, self.metadata)):
             if isinstance(part, StoredValue):
                 refs.update(part.refs(key))
@@ -259,7 +261,7 @@ class Record:
         return data, refs
 
     @classmethod
-    def from_tree(cls, tree: TreeNode, oid: str | None = None) -> Record:
+    def from_tree(cls, tree: Tree, oid: str | None = None) -> Record:
         """Read a record back from its tree; CorruptObject if the tree is not a record."""
         return _RecordReader(tree, oid).read()
 
@@ -269,7 +271,7 @@ class _RecordReader:
 
     FIELDS = frozenset({"id", CHECKPOINT, METADATA, "parent", "values", "writes", "newest"})
 
-    def __init__(self, tree: TreeNode, oid: str | None) -> None:
+    def __init__(self, tree: Tree, oid: str | None) -> None:
         self.tree = tree
         self.oid = oid
         self.used: set[str] = set()
@@ -277,7 +279,7 @@ class _RecordReader:
     def fail(self, message: str) -> CorruptObject:
         return CorruptObject(f"checkpoint record: {message}", self.oid)
 
-    def ref(self, name: str, kind: Kind) -> str:
+    def ref(self, name: str, kind: RefKind) -> str:
         found = self.tree.refs.get(name)
         if found is None:
             raise self.fail(f"reference {name[:80]!r} is missing")
@@ -308,23 +310,23 @@ class _RecordReader:
                 raise self.fail(f"inline value of {name[:80]!r} is not Latin-1 text") from exc
             return StoredValue(INLINE, serialized=(type_tag, data))
         if form == BLOB and len(spec) == 1:
-            return StoredValue(BLOB, oids=(self.ref(name, Kind.BLOB),))
+            return StoredValue(BLOB, oids=(self.ref(name, BLOB_REF),))
         if form not in lists:
             raise self.fail(f"value spec of {name[:80]!r} is malformed")
         if form == CHAIN and len(spec) == 2:
             count = self.count(spec[1], name, 1)
-            return StoredValue(CHAIN, oids=(self.ref(name, Kind.MESSAGE),), count=count)
+            return StoredValue(CHAIN, oids=(self.ref(name, NODE_REF),), count=count)
         if form == ITEMS and len(spec) == 2:
             count = self.count(spec[1], name, 1)
-            oids = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(count))
+            oids = tuple(self.ref(f"{name}/{i}", BLOB_REF) for i in range(count))
             return StoredValue(ITEMS, oids=oids, count=count)
         if form == LEAVES and len(spec) in (3, 4):
             count = self.count(spec[1], name, 1)
             leaf_size = self.count(spec[2], name, 2)
             if len(spec) == 4 and spec[3] != DELTA_SNAPSHOT:
                 raise self.fail(f"value spec of {name[:80]!r} is malformed")
-            tail = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(count % leaf_size))
-            last = self.ref(f"{name}/{LEAVES}", Kind.TREE) if count >= leaf_size else None
+            tail = tuple(self.ref(f"{name}/{i}", BLOB_REF) for i in range(count % leaf_size))
+            last = self.ref(f"{name}/{LEAVES}", RECORD_REF) if count >= leaf_size else None
             return StoredValue(
                 LEAVES,
                 oids=tail,
@@ -336,8 +338,8 @@ class _RecordReader:
         if form == EXTENDS and len(spec) == 3:
             added = self.count(spec[2], name, 1)
             count = self.count(spec[1], name, added + 1)
-            oids = tuple(self.ref(f"{name}/{i}", Kind.BLOB) for i in range(added))
-            base = self.ref(f"{name}/{BASE}", Kind.TREE)
+            oids = tuple(self.ref(f"{name}/{i}", BLOB_REF) for i in range(added))
+            base = self.ref(f"{name}/{BASE}", RECORD_REF)
             return StoredValue(EXTENDS, oids=oids, count=count, base=base)
         raise self.fail(f"value spec of {name[:80]!r} is malformed")
 
@@ -350,7 +352,7 @@ class _RecordReader:
             inline: dict[str, Any] = data[key]
             return inline
         if key in self.tree.refs:
-            return StoredValue(BLOB, oids=(self.ref(key, Kind.BLOB),))
+            return StoredValue(BLOB, oids=(self.ref(key, BLOB_REF),))
         return None
 
     def write(self, row: Any, n: int) -> StoredWrite:
@@ -398,7 +400,7 @@ class _RecordReader:
             {w.key for w in writes}
         ) != len(writes):
             raise self.fail("writes are not in order or repeat a (task id, idx)")
-        previous = self.ref(PREVIOUS, Kind.TREE) if PREVIOUS in self.tree.refs else None
+        previous = self.ref(PREVIOUS, RECORD_REF) if PREVIOUS in self.tree.refs else None
         newest = data.get("newest", "")
         if "newest" in data and (self.text(newest, "newest") <= checkpoint_id):
             raise self.fail("newest is not greater than the record's own id")
@@ -417,27 +419,29 @@ class _RecordReader:
         )
 
 
-def leaf_tree(elements: tuple[str, ...], before: str | None) -> TreeNode:
+def leaf_tree(elements: tuple[str, ...], before: str | None) -> Tree:
     """The leaf holding ``elements`` after the leaf ``before`` (None: the first leaf)."""
-    refs: dict[str, tuple[Kind, str]] = {str(i): (Kind.BLOB, oid) for i, oid in enumerate(elements)}
+    refs: dict[str, tuple[RefKind, str]] = {
+        str(i): (BLOB_REF, oid) for i, oid in enumerate(elements)
+    }
     if before is not None:
-        refs[LEAF_BEFORE] = (Kind.TREE, before)
-    return TreeNode(refs=refs)
+        refs[LEAF_BEFORE] = (RECORD_REF, before)
+    return Tree(refs=refs)
 
 
-def read_leaf(tree: TreeNode, oid: str, size: int) -> tuple[tuple[str, ...], str | None]:
+def read_leaf(tree: Tree, oid: str, size: int) -> tuple[tuple[str, ...], str | None]:
     """A leaf's elements and the leaf before it; CorruptObject unless it is a leaf of
     ``size`` elements."""
     refs = tree.refs
     before = refs.get(LEAF_BEFORE)
     if tree.data is not None or len(refs) != size + (before is not None):
         raise CorruptObject(f"list leaf does not hold {size} elements", oid)
-    if before is not None and before[0] is not Kind.TREE:
+    if before is not None and before[0] is not RECORD_REF:
         raise CorruptObject("list leaf's before reference is not a leaf", oid)
     elements = []
     for i in range(size):
         found = refs.get(str(i))
-        if found is None or found[0] is not Kind.BLOB:
+        if found is None or found[0] is not BLOB_REF:
             raise CorruptObject(f"list leaf has no element {i}", oid)
         elements.append(found[1])
     return tuple(elements), None if before is None else before[1]
