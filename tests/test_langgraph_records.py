@@ -20,9 +20,11 @@ from cas_journal.langgraph.records import (
     StoredWrite,
     decode_serialized,
     encode_serialized,
+    leaf_body,
     leaf_tree,
     merge_writes,
     read_leaf,
+    read_leaf_body,
 )
 from cas_journal.objects import Kind, TreeNode, object_id
 
@@ -272,3 +274,28 @@ def test_malformed_leaves_are_corrupt(refs: dict[str, tuple[Kind, str]]) -> None
         read_leaf(TreeNode(refs=refs), OID, 2)
     with pytest.raises(CorruptObject):
         read_leaf(TreeNode(refs={"0": (Kind.BLOB, OID), "1": (Kind.BLOB, OID)}, data=1), OID, 2)
+
+
+@given(st.lists(oids, min_size=1, max_size=20), st.none() | oids)
+def test_leaf_bodies_are_the_canonical_trees(elements: list[str], before: str | None) -> None:
+    body = leaf_body(tuple(elements), before)
+    assert body == leaf_tree(tuple(elements), before).body()
+    assert read_leaf_body(body, OID, len(elements)) == (tuple(elements), before)
+    assert read_leaf(TreeNode.parse(body), OID, len(elements)) == (tuple(elements), before)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        leaf_body(("ab" * 32,), None).replace(b":[", b": ["),  # not canonical
+        leaf_body(("ab" * 32, "cd" * 32), None),  # two elements, not one
+        b'{"data":1,' + leaf_body(("ab" * 32,), None)[1:],  # data
+        leaf_body(("ab" * 32,), None).replace(b'"blob"', b'"tree"'),  # not a blob
+        leaf_body(("ab" * 32,), "cd" * 32).replace(b'"tree"', b'"blob"'),  # before a blob
+        leaf_body(("ab" * 32,), None)[:-1],  # cut
+        b'{"refs":{"0":["blob","' + b"ab" * 32 + b'"],"x":["blob","' + b"ab" * 32 + b'"]}}',
+    ],
+)
+def test_malformed_leaf_bodies_are_corrupt(body: bytes) -> None:
+    with pytest.raises(CorruptObject):
+        read_leaf_body(body, OID, 1)

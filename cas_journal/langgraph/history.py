@@ -38,7 +38,7 @@ from .records import (
     StoredValue,
     StoredWrite,
     merge_writes,
-    read_leaf,
+    read_leaf_body,
 )
 
 REF_PREFIX = LANGGRAPH_PREFIX
@@ -253,8 +253,8 @@ class Chains:
         parts: list[tuple[str, ...]] = []
         current: str | None = last
         while current is not None and len(leaves) <= count:
-            elements, before = self.records.parsed(
-                LEAF_TAG + str(size), current, lambda tree, oid: read_leaf(tree, oid, size)
+            elements, before = self.records.parsed_body(
+                LEAF_TAG + str(size), current, lambda body, oid: read_leaf_body(body, oid, size)
             )
             leaves.append(current)
             parts.append(elements)

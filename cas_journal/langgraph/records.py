@@ -55,6 +55,7 @@ Nothing here imports LangGraph: values are already serialized ``(type, bytes)`` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -427,6 +428,37 @@ def leaf_tree(elements: tuple[str, ...], before: str | None) -> Tree:
     if before is not None:
         refs[LEAF_BEFORE] = (RECORD_REF, before)
     return Tree(refs=refs)
+
+
+def leaf_body(elements: tuple[str, ...], before: str | None) -> bytes:
+    """``leaf_tree(elements, before).body()``, spelled directly (the canonical form: keys
+    in code point order, no spaces; a test checks that both agree)."""
+    names = sorted([*map(str, range(len(elements))), *([LEAF_BEFORE] if before else [])])
+    parts = [
+        f'"{name}":["{RECORD_REF.value}","{before}"]'
+        if name == LEAF_BEFORE
+        else f'"{name}":["{BLOB_REF.value}","{elements[int(name)]}"]'
+        for name in names
+    ]
+    return ('{"refs":{' + ",".join(parts) + "}}").encode("ascii")
+
+
+_LEAF_REFERENCE = re.compile(rb'"(\d+|before)":\["(?:blob|tree)","([0-9a-f]{64})"\]')
+
+
+def read_leaf_body(body: bytes, oid: str, size: int) -> tuple[tuple[str, ...], str | None]:
+    """A leaf's elements and the leaf before it, from its body; CorruptObject unless the
+    body is exactly the leaf of ``size`` elements it spells (``leaf_body`` of them)."""
+    found = dict(_LEAF_REFERENCE.findall(body))
+    try:
+        elements = tuple(found[str(i).encode()].decode() for i in range(size))
+    except KeyError:
+        raise CorruptObject(f"list leaf does not hold {size} elements", oid) from None
+    before = found.get(b"before")
+    previous = before.decode() if before is not None else None
+    if len(found) != size + (before is not None) or leaf_body(elements, previous) != body:
+        raise CorruptObject(f"list leaf is not a leaf of {size} elements", oid)
+    return elements, previous
 
 
 def read_leaf(tree: Tree, oid: str, size: int) -> tuple[tuple[str, ...], str | None]:
