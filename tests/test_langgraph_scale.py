@@ -319,8 +319,8 @@ def test_a_delta_channel_snapshot_is_stored_by_its_elements() -> None:
         graph.invoke({"messages": [{"role": "user", "content": text}]}, config("d"))
     snapshots = [
         (oid, value)
-        for oid, record in journal.records.chain(journal.records.head("langgraph/d/"))
-        for name, value in saver.chains.record(oid).values.items()
+        for oid, record in saver.chains.chain(journal.records.head("langgraph/d/"))
+        for name, value in record.values.items()
         if name == "messages"
     ]
     assert snapshots and all(v.form == "leaves" and v.wrapper for _, v in snapshots)

@@ -248,21 +248,6 @@ class RecordStore:
         """A chain's logged moves, oldest first."""
         return self.store.refs.reflog(name)
 
-    def chain(self, head: str | None) -> Iterator[tuple[str, Tree]]:
-        """The records from ``head`` back to the first, newest first."""
-        seen: set[str] = set()
-        current = head
-        while current is not None:
-            if current in seen:
-                raise CorruptObject("record chain loops", current)
-            seen.add(current)
-            tree = self.tree(current)
-            yield current, tree
-            previous = tree.refs.get(PREVIOUS)
-            if previous is not None and previous[0] is not Kind.TREE:
-                raise CorruptObject("a record's previous reference is not a record", current)
-            current = None if previous is None else previous[1]
-
     @contextlib.contextmanager
     def updating(self, name: str) -> Iterator[None]:
         """Held while this process changes chain ``name`` (one writer per chain)."""
