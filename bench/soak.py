@@ -7,7 +7,7 @@
 Each store gets a seed; a child process runs random journal and maintenance operations
 on it and is SIGKILLed at a random moment (a random delay, or exactly at its Nth
 file-system call), then the store is reopened, fsck'd and checked against the child's
-acknowledgement log (see tests/harness.py). A failure prints the store's seed and the
+acknowledgement log (see tests/support/harness.py). A failure prints the store's seed and the
 cycle, so ``--replay SEED`` reruns that store (syscall-mode kills replay exactly).
 Exit status 1 if any check failed.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import harness
+from support import harness
 
 MODES = ("delay", "syscall", "mixed")
 

@@ -3,7 +3,7 @@
     python -m bench.transcripts_bench [--sessions 200] [--turns 4] [--formats claude-code,codex,pi]
                                       [--data-dir DIR] [--json FILE]
 
-For each format: generate ``--sessions`` session files (tests/transcript_samples.py:
+For each format: generate ``--sessions`` session files (tests/support/transcript_samples.py:
 branches, compactions, subagent files, and every other session resumed or forked from
 the one before, repeating its records), then in the same run:
 
@@ -38,7 +38,7 @@ from cas_journal.maintenance import pack
 from cas_journal.transcripts import export_transcripts, import_transcripts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from transcript_samples import GENERATORS
+from support.transcript_samples import GENERATORS
 
 MACHINE = "2-core VM"
 

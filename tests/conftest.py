@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from s3_server import S3Server, running_server
+from support.s3_server import S3Server, running_server
 
 settings.register_profile(
     "default",

@@ -16,10 +16,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
 from hypothesis import given
 from hypothesis import strategies as st
-from store_helpers import corrupt_row, row_oids, set_frame
+from support.backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
+from support.store_helpers import corrupt_row, row_oids, set_frame
 
 from cas_journal import errors as cj_errors
 from cas_journal.backends import LocalStore, MemoryStore

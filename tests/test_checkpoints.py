@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from backend_contract import HOSTILE_NAMES
 from hypothesis import given
 from hypothesis import strategies as st
-from journal_helpers import ReadCounter, at, save_growing_run, stored, typed
+from support.backend_contract import HOSTILE_NAMES
+from support.journal_helpers import ReadCounter, at, save_growing_run, stored, typed
 
 import cas_journal as cj
 from cas_journal.objects import Kind, MessageNode, canonical_json
@@ -566,7 +566,7 @@ def test_a_new_process_picks_messages_up_from_the_row_windows(tmp_path):
 
 @pytest.mark.parametrize("victim", ["first", "middle", "last"])
 def test_a_damaged_message_row_is_a_clear_error_naming_it(tmp_path, victim):
-    from store_helpers import corrupt_row
+    from support.store_helpers import corrupt_row
 
     messages = _rows_run(tmp_path / "s")
     with cj.Journal.open(tmp_path / "s", durable=False) as j:

@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-from journal_helpers import assistant, at, user
-from store_helpers import set_frame
+from support.journal_helpers import assistant, at, user
+from support.store_helpers import set_frame
 
 import cas_journal as cj
 from cas_journal.cli import cli

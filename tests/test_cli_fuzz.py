@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_helpers import at, user
+from support.journal_helpers import at, user
 
 import cas_journal as cj
 from cas_journal.cli import cli

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
-from journal_helpers import at, user
-from store_helpers import corrupt_row
+from support.journal_helpers import at, user
+from support.store_helpers import corrupt_row
 
 import cas_journal as cj
 from cas_journal.cli import cli

@@ -10,7 +10,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from journal_helpers import at, user
+from support.journal_helpers import at, user
 
 import cas_journal as cj
 from cas_journal import maintenance

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-import harness
+from support import harness
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore

@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from journal_helpers import at
+from support.journal_helpers import at
 
 import cas_journal as cj
 

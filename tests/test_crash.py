@@ -1,5 +1,5 @@
 """Crash at any instant: a child works on a store and is SIGKILLed; nothing acknowledged
-is lost and nothing unacknowledged is half-visible (see tests/harness.py).
+is lost and nothing unacknowledged is half-visible (see tests/support/harness.py).
 
 The CI subset runs a little over 200 kill points; ``python -m bench.soak`` runs thousands.
 """
@@ -13,9 +13,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import harness
 import pytest
-from store_helpers import move_rows_into_batch_pack, row_oids, set_all_row_times
+from support import harness
+from support.store_helpers import move_rows_into_batch_pack, row_oids, set_all_row_times
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from journal_helpers import user
-from store_helpers import frame_of, row_oids, set_frame
+from support.journal_helpers import user
+from support.store_helpers import frame_of, row_oids, set_frame
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore

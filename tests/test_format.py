@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
-from s3_server import PREFIX, S3Server
+from support.fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
+from support.s3_server import PREFIX, S3Server
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore

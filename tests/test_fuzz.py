@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_helpers import add_reflog_row, set_ref_raw
+from support.store_helpers import add_reflog_row, set_ref_raw
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, MemoryStore

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from backend_contract import HOSTILE_NAMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from journal_helpers import ReadCounter, assistant, at, contents, stored, user
+from support.backend_contract import HOSTILE_NAMES
+from support.journal_helpers import ReadCounter, assistant, at, contents, stored, user
 
 import cas_journal as cj
 from cas_journal.objects import Kind

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import pytest
-from journal_helpers import at
+from support.journal_helpers import at
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, MemoryStore, Store

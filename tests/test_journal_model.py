@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from journal_helpers import at
+from support.journal_helpers import at
 
 import cas_journal as cj
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from journal_helpers import at, user
 from pydantic import BaseModel, ValidationError
+from support.journal_helpers import at, user
 
 import cas_journal as cj
 from cas_journal import maintenance

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph_app import answers, build, open_journal, user_texts
+from support.langgraph_app import answers, build, open_journal, user_texts
 
 from cas_journal.langgraph import CasJournalSaver
 from cas_journal.maintenance import fsck, stats
@@ -31,7 +31,13 @@ def say(text: str) -> dict[str, Any]:
 
 def resume_in_new_process(location: str, options: dict[str, Any], thread_id: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, str(HERE / "langgraph_app.py"), location, json.dumps(options), thread_id],
+        [
+            sys.executable,
+            str(HERE / "support" / "langgraph_app.py"),
+            location,
+            json.dumps(options),
+            thread_id,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

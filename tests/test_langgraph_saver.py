@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from backend_contract import HOSTILE_NAMES
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph_app import build, user_texts
+from support.backend_contract import HOSTILE_NAMES
+from support.langgraph_app import build, user_texts
 
 import cas_journal as cj
 from cas_journal.errors import CorruptObject, InvalidInputError, ThreadExists
@@ -386,7 +386,7 @@ def test_versions_are_integers() -> None:
 WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from langgraph_app import build, user_texts
+from support.langgraph_app import build, user_texts
 import cas_journal as cj
 from cas_journal.langgraph import CasJournalSaver
 store, thread, turns = sys.argv[2], sys.argv[3], int(sys.argv[4])

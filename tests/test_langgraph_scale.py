@@ -28,7 +28,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph_app import user_texts
+from support.langgraph_app import user_texts
 
 import cas_journal as cj
 from cas_journal.langgraph import CasJournalSaver
@@ -340,7 +340,7 @@ def test_a_delta_channel_snapshot_is_stored_by_its_elements() -> None:
 WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from langgraph_app import build, user_texts
+from support.langgraph_app import build, user_texts
 import cas_journal as cj
 from cas_journal.langgraph import CasJournalSaver
 with cj.Journal.open(sys.argv[2]) as journal:

@@ -10,9 +10,16 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from copies_contract import StoredCopiesContract
-from journal_helpers import ReadCounter, stored, user
-from store_helpers import corrupt_row, delete_row, frame_of, row_oids, set_frame, set_row_time
+from support.copies_contract import StoredCopiesContract
+from support.journal_helpers import ReadCounter, stored, user
+from support.store_helpers import (
+    corrupt_row,
+    delete_row,
+    frame_of,
+    row_oids,
+    set_frame,
+    set_row_time,
+)
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore, Store

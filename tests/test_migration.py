@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
 from hypothesis import given
 from hypothesis import strategies as st
+from support.fixture_stores import check_journal_holds, events_of_an_open, open_killed_at
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore

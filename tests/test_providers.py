@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
-from typed_check import Mismatch, check
+from support.typed_check import Mismatch, check
 
 import cas_journal as cj
 from cas_journal.providers import (

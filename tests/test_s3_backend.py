@@ -23,12 +23,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
-from s3_server import PREFIX, S3Server
+from support.backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
+from support.s3_server import PREFIX, S3Server
 
 from cas_journal.backends import new_object, open_store
 from cas_journal.backends.s3 import S3Store

@@ -2,7 +2,7 @@
 requests never lose an acknowledged write, never half-apply an operation, and surface
 only as cas-journal errors.
 
-Every store here talks to moto through ``FaultProxy`` (tests/s3_fault_proxy.py), with
+Every store here talks to moto through ``FaultProxy`` (tests/support/s3_fault_proxy.py), with
 the client code users point at AWS S3: the retries are botocore's and the backend's own.
 After each workload a *fresh reader* (a new store handle straight to moto, no proxy,
 no cache) checks the bucket: fsck is clean; every acknowledged append, fork, checkpoint
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from backend_contract import StoreContract
-from s3_fault_proxy import FaultProxy, FaultRule, rule
-from s3_server import PREFIX, S3Server
+from support.backend_contract import StoreContract
+from support.s3_fault_proxy import FaultProxy, FaultRule, rule
+from support.s3_server import PREFIX, S3Server
 
 import cas_journal as cj
 from cas_journal.backends.s3 import S3Store

@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from copies_contract import StoredCopiesContract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from s3_server import PREFIX, S3Server
+from support.copies_contract import StoredCopiesContract
+from support.s3_server import PREFIX, S3Server
 
 import cas_journal as cj
 from cas_journal.backends import Store

@@ -2,7 +2,7 @@
 
 Four writer processes append, alternately, to a thread of their own and to one thread
 they all share, while a fifth process runs gc (and pack, on a backend that keeps packs)
-over and over. They reach the bucket through the fault proxy (tests/s3_fault_proxy.py),
+over and over. They reach the bucket through the fault proxy (tests/support/s3_fault_proxy.py),
 which fails, resets, delays and duplicates a few percent of their requests, some after
 the write happened: the retries must hide all of it, even when a write whose answer was
 lost is overtaken by another process before its retry. Each writer logs every append it was told succeeded (entry id and text)
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from s3_fault_proxy import FaultProxy, rule
-from s3_server import PREFIX, S3Server
+from support.s3_fault_proxy import FaultProxy, rule
+from support.s3_server import PREFIX, S3Server
 
 import cas_journal as cj
 from cas_journal.backends.s3 import S3Store

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_helpers import save_growing_run, stored, typed
+from support.journal_helpers import save_growing_run, stored, typed
 
 import cas_journal as cj
 from cas_journal.errors import CorruptObject
@@ -297,7 +297,7 @@ def _chain_of(j: cj.Journal, oid: str | None) -> list[SegmentNode]:
 
 
 def test_small_segments_are_merged_so_a_load_reads_few_segments_each_once(tmp_path):
-    from journal_helpers import ReadCounter
+    from support.journal_helpers import ReadCounter
 
     messages: list[dict] = []
     with cj.Journal.open(tmp_path / "s", durable=False) as j:
@@ -506,7 +506,7 @@ def test_pack_order_puts_a_merged_segment_amid_the_small_ones_it_repeats():
 def test_gc_keeps_the_bases_of_a_young_unreachable_segment(tmp_path):
     from datetime import timedelta
 
-    from store_helpers import set_all_row_times
+    from support.store_helpers import set_all_row_times
 
     messages = [{"role": "user", "content": f"m{i}"} for i in range(6)]
     with cj.Journal.open(tmp_path / "s", durable=False) as j:

@@ -9,8 +9,8 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from journal_helpers import at, contents, stored, user
-from store_helpers import set_row_time
+from support.journal_helpers import at, contents, stored, user
+from support.store_helpers import set_row_time
 
 import cas_journal as cj
 from cas_journal.maintenance import fsck, gc, sync

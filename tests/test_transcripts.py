@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transcript_samples import GENERATORS, dump, write_jsonl
+from support.transcript_samples import GENERATORS, dump, write_jsonl
 
 import cas_journal as cj
 from cas_journal.cli import cli
@@ -705,7 +705,7 @@ def test_records_nested_as_deep_as_json_allows(tmp_path):
 def test_a_fork_of_a_fork_shares_with_both(tmp_path, together):
     """Codex: C forks B, which forked A; C's copy starts with B's own session_meta."""
     rng = random.Random(3)
-    from transcript_samples import Clock, CodexRollout
+    from support.transcript_samples import Clock, CodexRollout
 
     clock = Clock()
     a = CodexRollout(rng, "a", clock)

@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from journal_helpers import assistant, at, stored, user
+from support.journal_helpers import assistant, at, stored, user
 
 import cas_journal as cj
 from cas_journal.maintenance.transfer import (

@@ -16,12 +16,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import harness
 import pytest
 
 import cas_journal as cj
 from cas_journal.backends import LocalStore
 from cas_journal.maintenance import fsck
+from support import harness
 
 
 def check_journal_holds(j: cj.Journal, expected: dict[str, Any]) -> None:
@@ -69,7 +69,7 @@ def check_journal_holds(j: cj.Journal, expected: dict[str, Any]) -> None:
 
 def open_killed_at(root: Path, kill_at: int) -> bool:
     """Open (and so upgrade) ``root`` in a child that SIGKILLs itself at event ``kill_at``
-    (``tests/harness.py``); True if the kill happened before the open finished."""
+    (``tests/support/harness.py``); True if the kill happened before the open finished."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         trap = harness.SyscallTrap(kill_at, seed=kill_at)

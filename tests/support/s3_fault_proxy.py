@@ -2,7 +2,7 @@
 
 ``FaultProxy(upstream)`` listens on loopback and forwards every request it receives
 (method, path, query, headers, body) to ``upstream`` (the moto server of
-``tests/s3_server.py``), streaming the answer back. Clients reach it exactly as they
+``tests/support/s3_server.py``), streaming the answer back. Clients reach it exactly as they
 reach AWS S3 or MinIO: an ``S3Store`` whose ``endpoint_url`` is ``proxy.endpoint``.
 
 Between the two it applies ``FaultRule``s. A rule matches requests by method and by a

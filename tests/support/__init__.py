@@ -1,0 +1,1 @@
+"""Helpers the tests share (stores, servers, contracts, harnesses); no tests of their own."""
