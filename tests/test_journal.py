@@ -106,7 +106,10 @@ def test_naive_datetimes_are_refused(j):
 def test_list_threads_order_cursor_and_archived(j):
     for i, (tid, seconds) in enumerate([("b", 10), ("a", 10), ("c", 20), ("d", 5), ("e", 30)]):
         j.create_thread(cj.ThreadMeta(id=tid, created_at=at(seconds), archived=(tid == "e")))
-        assert i >= 0
+        # each thread is there at once, with the time and flag it was created with
+        meta = j.thread(tid)
+        assert (meta.created_at, meta.archived) == (at(seconds), tid == "e")
+        assert len(j.list_threads(include_archived=True)) == i + 1
     assert [t.id for t in j.list_threads()] == ["c", "a", "b", "d"]
     assert [t.id for t in j.list_threads(include_archived=True)] == ["e", "c", "a", "b", "d"]
     assert [t.id for t in j.list_threads(limit=2)] == ["c", "a"]
