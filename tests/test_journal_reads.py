@@ -4,8 +4,6 @@ and checkpoint messages that learn they hold no long integer."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +24,6 @@ from cas_journal.objects import (
     split_canonical_forms,
 )
 from cas_journal.objects import nodes as node_module
-from cas_journal.objects.canonical import parse_json_noting_long_ints
 
 OIDS = st.text("0123456789abcdef", min_size=64, max_size=64)
 KINDS = st.sampled_from(list(Kind))
@@ -476,38 +473,6 @@ def test_constructor_runs_content_validators_and_accepts_exact_strings():
 
 
 # -- checkpoint messages ---------------------------------------------------------------------
-
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-
-
-@settings(max_examples=200)
-@given(JSON_VALUES)
-def test_parse_noting_long_ints_is_exact_and_says_when_none_is_held(value):
-    text = json.dumps(value)
-    parsed, long_ints = parse_json_noting_long_ints(text.encode())
-    assert parsed == json.loads(text) and json.dumps(parsed) == text
-    if not long_ints:
-        assert "long" not in _int_sizes(parsed)
-
-
-def _int_sizes(value: object) -> set[str]:
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        # orjson reads every integer from -2**63 to 2**64 - 1 exactly, and only others
-        # as floats: "long" is what a parse without the scan would get wrong
-        return {"short" if -(2**63) <= value < 2**64 else "long"}
-    if isinstance(value, dict):
-        return set().union(*map(_int_sizes, value.values()))
-    if isinstance(value, list):
-        return set().union(*map(_int_sizes, value))
-    return set()
 
 
 def test_checkpoint_loads_stay_exact_after_the_first(tmp_path):

@@ -101,8 +101,3 @@ def leaf_of(journal: Journal, thread_id: str, prefix: str | None) -> str | None:
     if prefix:
         return journal.resolve_entry(thread_id, prefix)
     return journal.thread(thread_id).leaf_id or None
-
-
-def require_entry(journal: Journal, oid: str) -> None:
-    """EntryNotFound unless ``oid`` is a stored entry."""
-    journal.entry_node(oid)

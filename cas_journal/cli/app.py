@@ -245,11 +245,6 @@ class Env:
         self._store: Store | None = None
         self._journal: Journal | None = None
 
-    @property
-    def is_remote(self) -> bool:
-        """True for locations with a scheme (``s3://``)."""
-        return "://" in self.location
-
     def store(self, create: bool = False, read_only: bool = False) -> Store:
         """The store (without the journal's models); missing is an error unless ``create``.
         ``read_only``: the command only reads (see ``open_location``)."""
@@ -266,14 +261,6 @@ class Env:
 
             self._journal = Journal(self.store(create, read_only))
         return self._journal
-
-    def init_command(self) -> str:
-        """The command line that creates this store."""
-        if self.location == DEFAULT_STORE:
-            return f"{PROG_NAME} init"
-        import shlex
-
-        return f"{PROG_NAME} --store {shlex.quote(self.location)} init"
 
     def close(self) -> None:
         """Close the store if it was opened."""

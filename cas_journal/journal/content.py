@@ -122,10 +122,3 @@ def block_tool_calls(content: str | Sequence[ContentBlock]) -> list[ToolCall]:
         for block in content
         if block.get("type") == TOOL_USE
     ]
-
-
-def has_tool_results(content: str | Sequence[ContentBlock]) -> bool:
-    """Whether a content holds any ``tool_result`` block."""
-    return not isinstance(content, str) and any(
-        block.get("type") == TOOL_RESULT for block in content
-    )

@@ -57,19 +57,6 @@ def _signal_text(tool_name: str, args: object) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def project_control_signal(message: Message) -> Message | None:
-    """The provider-safe form of a message whose tool calls include ``ask_user`` or
-    ``task_complete`` (with well-formed arguments), else None.
-
-    Each such call becomes assistant text carrying the question or the output; other
-    calls stay. A message left without calls has kind ``control_signal`` and no tool
-    fields. Use ``project_control_signals`` on a whole context, which also turns the
-    results of the replaced calls into user text.
-    """
-    projected = _project_calls(message)
-    return projected[0] if projected is not None else None
-
-
 def _project_calls(message: Message) -> tuple[Message, set[str]] | None:
     if message.role != Role.ASSISTANT:
         return None

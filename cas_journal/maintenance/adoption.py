@@ -84,11 +84,6 @@ def check_blob(oid: str, body: bytes, role: BlobRole, scope: str) -> None:
             raise CorruptObject(f"{_from(scope)}: system prompt is not UTF-8", oid) from exc
 
 
-def scope_of(ref_name: str) -> str:
-    """The scope objects reached from a ref are checked in: the ref name itself."""
-    return ref_name
-
-
 def _from(scope: str) -> str:
     return f"reached from {scope}"
 

@@ -193,22 +193,6 @@ def parse_json_exact(data: bytes) -> Any:
     return json.loads(data)
 
 
-def parse_json_noting_long_ints(data: bytes | str) -> tuple[Any, bool]:
-    """Like ``parse_json(data)``, and whether the text may hold an integer beyond 64 bits:
-    False only when that is known not to be the case (later parses of the same text may
-    then pass ``long_ints=False`` and skip the scan)."""
-    fast = _fast_json()
-    if fast is not None:
-        try:
-            value = fast.loads(data)
-        except ValueError:  # orjson.JSONDecodeError
-            pass
-        else:
-            if not _has_float(value):
-                return value, False  # orjson reads a long integer as a float: none here
-    return json.loads(data), True
-
-
 def ensure_utc(moment: datetime) -> datetime:
     """Return the same instant as an aware UTC datetime; naive datetimes are refused."""
     if moment.tzinfo is UTC:

@@ -20,7 +20,6 @@ import zstandard
 from ..errors import CorruptObject, InvalidInputError
 from .kinds import KINDS_BY_TAG, Kind
 
-OID_HEX_LENGTH = 64
 DEFAULT_MAX_OBJECT_SIZE = 64 * 1024 * 1024
 """Default limit on an object's body (64 MiB)."""
 MAX_HEADER_LENGTH = 32

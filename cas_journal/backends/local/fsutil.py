@@ -69,18 +69,3 @@ def write_new_file(path: StrPath, data: bytes, durable: bool, mode: int = 0o444)
             os.unlink(path)
         raise
     os.close(fd)
-
-
-def atomic_replace(path: StrPath, data: bytes, durable: bool, mode: int = 0o644) -> None:
-    """Write ``data`` to a temp file beside ``path`` and rename it over ``path``."""
-    directory = os.path.dirname(os.fspath(path))
-    tmp = temp_name(directory)
-    write_new_file(tmp, data, durable, mode)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_dir(directory)

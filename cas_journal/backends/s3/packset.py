@@ -106,11 +106,6 @@ class S3Packs:
             for gone in set(self.broken) - names:
                 del self.broken[gone]
 
-    def age(self) -> float:
-        """Seconds since the cached manifest was read (large if never)."""
-        with self._lock:
-            return time.monotonic() - self._read_at
-
     # -- opening packs ----------------------------------------------------------------
 
     def packs(self, manifest: Manifest | None = None, condemned: bool = True) -> list[Pack]:
