@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.backend_contract import GARBAGE_FORMAT_RECORDS, StoreContract
+from support.processes import run_children
 from support.store_helpers import corrupt_row, row_oids, set_frame
 
 from cas_journal import errors as cj_errors
@@ -59,25 +60,6 @@ class TestLocalStoreDurable(TestLocalStore):
 
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_children(script: str, count: int, *args: str) -> list[subprocess.CompletedProcess]:
-    """Start ``count`` Python children running ``script`` at once; wait for all."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(script), *args, str(i)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(count)
-    ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    return results
 
 
 def test_four_processes_compare_and_swap_without_losing_an_increment(tmp_path):

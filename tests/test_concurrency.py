@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from test_backends import run_children
+from support.processes import run_children
 
 import cas_journal as cj
 
