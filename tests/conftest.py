@@ -1,5 +1,10 @@
 """Shared test settings: hypothesis profiles without deadlines (CI machines vary) and the
-session's S3 server."""
+session's S3 server (one per xdist worker).
+
+Hypothesis profiles (``HYPOTHESIS_PROFILE``): ``quick`` (the default, for the README's
+fast run) tries 25 examples in each property test that does not set its own count;
+``ci`` (what .ci/run uses when it runs the property tests again with the slow ones)
+tries hypothesis's usual 100; ``thorough`` tries 1,000."""
 
 from __future__ import annotations
 
@@ -11,23 +16,20 @@ import pytest
 from hypothesis import HealthCheck, settings
 from support.s3_server import S3Server, running_server
 
-settings.register_profile(
-    "default",
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.register_profile(
-    "thorough",
-    deadline=None,
-    max_examples=1000,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+_UNTIMED = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
+settings.register_profile("quick", max_examples=25, **_UNTIMED)
+settings.register_profile("ci", **_UNTIMED)
+settings.register_profile("thorough", max_examples=1000, **_UNTIMED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """One moto S3 server for the whole session, started on first use."""
+    """One moto S3 server for the session (each xdist worker has its own), started on
+    first use."""
     with running_server() as server:
         yield server
 

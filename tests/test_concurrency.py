@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+import pytest
 from support.processes import run_children
 
 import cas_journal as cj
@@ -39,6 +40,7 @@ def test_processes_appending_to_one_thread_lose_nothing(tmp_path):
             assert mine == [f"{worker}:{i}" for i in range(60)]
 
 
+@pytest.mark.slow
 def test_processes_racing_for_one_lease(tmp_path):
     path = tmp_path / "s"
     with cj.Journal.open(path, durable=False) as j:

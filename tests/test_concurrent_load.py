@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from support import harness
 
 import cas_journal as cj
@@ -19,6 +20,7 @@ from cas_journal.backends import LocalStore
 from cas_journal.maintenance import fsck, gc
 
 
+@pytest.mark.slow
 def test_writers_and_maintenance_lose_nothing(tmp_path: Path) -> None:
     result = harness.concurrent_load(
         tmp_path / "load", seconds=12, seed=7, grace=0.5, prune_rate=0.0
@@ -30,6 +32,7 @@ def test_writers_and_maintenance_lose_nothing(tmp_path: Path) -> None:
     assert result.reads > 0
 
 
+@pytest.mark.slow
 def test_the_load_check_sees_a_lost_entry(tmp_path: Path) -> None:
     """The end-of-run check can fail: an acknowledged entry that is not there is reported."""
     result = harness.concurrent_load(

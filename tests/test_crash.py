@@ -42,6 +42,7 @@ STORES = [
 CYCLES_PER_STORE = 16
 
 
+@pytest.mark.slow
 def test_two_hundred_kill_points_lose_nothing(tmp_path: Path) -> None:
     stats = harness.CycleStats()
     started = time.monotonic()
@@ -165,6 +166,7 @@ def test_gc_killed_mid_sweep_keeps_garbage_closed(tmp_path: Path) -> None:
     assert broken == []
 
 
+@pytest.mark.slow
 def test_a_store_whose_creation_was_killed_opens(tmp_path: Path) -> None:
     """Regression (fixed in backends/local/store.py): a process killed while creating a
     store (layout directories made, FORMAT not yet written) left a directory that every
@@ -230,6 +232,7 @@ def _batch(store: LocalStore, tag: str, size: int = 80) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_batch_write_killed_at_every_call_of_its_pack_merge(tmp_path: Path) -> None:
     """Kill a batch write (which publishes a pack, then merges batch packs) at each of its
     file-system calls: the store stays fsck-clean, holds every earlier object, and the
@@ -283,6 +286,7 @@ def _batch_in_a_pack(j: cj.Journal, tag: str, size: int) -> None:
     move_rows_into_batch_pack(j.store, [oid for oid in row_oids(j.store) if oid not in before])
 
 
+@pytest.mark.slow
 def test_gc_over_packs_killed_at_every_call(tmp_path: Path) -> None:
     """Kill a prune-now gc at its file-system calls while it removes loose garbage, a
     pack mixing garbage with live objects (which it rewrites) and a merged batch pack

@@ -249,6 +249,7 @@ def test_format_2_code_syncing_into_a_format_3_store_is_refused(
 # -- a kill during the upgrade ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_upgrade_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Path) -> None:
     events = events_of_an_open(_copy(tmp_path / "count"), tmp_path / "count.txt")
     versions = {2: 0, 3: 0}

@@ -409,6 +409,11 @@ def test_fork_copies_nothing_whatever_the_history(j):
     assert [e.id for e in j.path("f2")] == [e.id for e in b.entries[:11]]
 
 
+@pytest.mark.parametrize(
+    "j",
+    ["memory", "local", "local-durable", pytest.param("s3", marks=pytest.mark.slow)],
+    indirect=True,
+)
 def test_first_page_does_not_read_every_thread(j):
     count = 150 if remote(j) else 400
     for i in range(count):

@@ -147,7 +147,8 @@ class LocalJournalMachine(JournalMachine):
     local = True
 
 
+# the number of runs is the profile's (tests/conftest.py): 25 in the default run, 100 in CI
 TestJournalModel = JournalMachine.TestCase
-TestJournalModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestJournalModel.settings = settings(stateful_step_count=30, deadline=None)
 TestLocalJournalModel = LocalJournalMachine.TestCase
-TestLocalJournalModel.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+TestLocalJournalModel.settings = settings(stateful_step_count=25, deadline=None)

@@ -103,6 +103,7 @@ def conversation_round_trip(location: str, options: dict[str, Any], turns: int) 
         assert fsck(journal.store).ok
 
 
+@pytest.mark.slow
 def test_chatbot_on_a_local_store(tmp_path) -> None:
     conversation_round_trip(str(tmp_path / "store"), {}, TURNS)
 

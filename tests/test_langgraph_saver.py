@@ -401,6 +401,7 @@ with cj.Journal.open(store) as journal:
 """
 
 
+@pytest.mark.slow
 def test_two_processes_write_one_store(tmp_path) -> None:
     store = tmp_path / "store"
     with cj.Journal.open(store) as journal:

@@ -99,6 +99,7 @@ def _kill_points(events: int) -> list[int]:
     return sorted(set(before)) + after
 
 
+@pytest.mark.slow
 def test_a_migration_killed_at_any_point_leaves_a_store_that_opens(tmp_path: Path) -> None:
     versions = {1: 0, FORMAT_VERSION: 0}
     kills = 0

@@ -89,6 +89,16 @@ class TestS3Store(StoreContract):
         bucket = store.url.removeprefix("s3://").split("/")[0]
         self.s3.raw().put_object(Bucket=bucket, Key=object_key(oid), Body=other)
 
+    # each increment is several round trips to the server: seconds here, run with -m slow
+
+    @pytest.mark.slow
+    def test_threads_racing_on_one_ref_lose_no_increment(self, store: S3Store) -> None:
+        super().test_threads_racing_on_one_ref_lose_no_increment(store)
+
+    @pytest.mark.slow
+    def test_threads_racing_on_commits_lose_no_increment(self, store: S3Store) -> None:
+        super().test_threads_racing_on_commits_lose_no_increment(store)
+
 
 # -- the server really enforces what the backend relies on ------------------------------
 
@@ -175,6 +185,7 @@ def test_longest_ids_and_names_round_trip(store: S3Store) -> None:
         refs.set_if_equals(longest + "y", None, "v")
 
 
+@pytest.mark.slow
 def test_listing_pages_through_runs_of_tombstones(store: S3Store) -> None:
     refs = store.refs
     names = [f"threads/n{i:02d}" for i in range(40)]
@@ -250,6 +261,7 @@ def test_reflog_entries_too_long_for_a_key_are_read_from_their_body(
 # -- compare-and-swap under contention ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_independent_handles_racing_on_one_ref_lose_no_increment(s3: S3Server, bucket: str) -> None:
     """Each handle has its own client, cache and locks: only S3's conditions protect."""
     handles = [s3.open(bucket) for _ in range(3)]
@@ -494,6 +506,7 @@ def test_importing_cas_journal_does_not_import_boto3() -> None:
 # -- objects ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gc_grace_period_covers_written_and_freshened_objects(store: S3Store) -> None:
     old = store.objects.put(Kind.BLOB, b"old garbage")
     reused = store.objects.put(Kind.BLOB, b"reused later")

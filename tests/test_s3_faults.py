@@ -239,6 +239,7 @@ SCENARIOS: dict[str, tuple[FaultRule, ...]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_workload_under_faults(
     proxy: FaultProxy, s3_server: S3Server, tmp_path: Any, scenario: str

@@ -95,6 +95,7 @@ def test_pack_folds_loose_objects_and_reads_still_verify(s3: S3Server, store: S3
         cold.close()
 
 
+@pytest.mark.slow
 def test_gc_condemns_then_deletes_and_rescues_what_became_reachable(
     s3: S3Server, store: S3Store
 ) -> None:
@@ -129,6 +130,7 @@ def test_gc_condemns_then_deletes_and_rescues_what_became_reachable(
         cold.close()
 
 
+@pytest.mark.slow
 def test_gc_while_writers_append_loses_nothing(s3: S3Server, store: S3Store) -> None:
     """Writers on their own handles append singly and in batches while gc runs with a
     short grace period, over and over: every acknowledged entry stays readable."""
@@ -247,6 +249,7 @@ def test_valid_manifest_round_trips() -> None:
     assert decode_manifest(manifest.encode(), None, 0.0).live == manifest.live
 
 
+@pytest.mark.slow
 def test_gc_removes_tombstones_older_than_the_reflog_expiry(store: S3Store) -> None:
     journal = cj.Journal(store)
     for name in ("gone", "back"):
@@ -267,6 +270,7 @@ def test_gc_removes_tombstones_older_than_the_reflog_expiry(store: S3Store) -> N
     assert journal.thread("gone").id == "gone"
 
 
+@pytest.mark.slow
 def test_prune_now_deletes_at_once_and_empties_condemned_packs(store: S3Store) -> None:
     journal = cj.Journal(store)
     kept = fill(journal, "keep", 20, "k")
@@ -310,6 +314,7 @@ def test_damaged_pack_in_the_bucket_is_a_clear_error(
     assert len(ids) == 40
 
 
+@pytest.mark.slow
 def test_a_push_killed_midway_resumes_and_its_debris_goes(
     s3: S3Server, store: S3Store, tmp_path: Any
 ) -> None:
@@ -373,6 +378,10 @@ class TestS3StoredCopies(StoredCopiesContract):
     def reopen(self, store: Store) -> Store:
         assert isinstance(store, S3Store)
         return reopen(self.s3, store)
+
+    @pytest.mark.slow  # 300 loose objects written and read back one request each
+    def test_write_pack_keeps_order_and_reads_back_after_reopen(self, store: Store) -> None:
+        super().test_write_pack_keeps_order_and_reads_back_after_reopen(store)
 
     def damage_loose(self, store: Store, oid: str) -> None:
         assert isinstance(store, S3Store)

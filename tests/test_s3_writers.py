@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.s3_fault_proxy import FaultProxy, rule
 from support.s3_server import PREFIX, S3Server
 
@@ -127,6 +128,7 @@ def _ready(process: Any) -> None:
     assert line.strip() == "ready", f"a process did not start (exit {process.wait()})"
 
 
+@pytest.mark.slow
 def test_writer_processes_and_maintenance_on_one_bucket(
     s3_server: S3Server, tmp_path: Path
 ) -> None:

@@ -110,6 +110,11 @@ def test_a_destination_ahead_is_left_alone(pair):
     assert contents(dst.path("t"))[-1] == "only on dst"
 
 
+@pytest.mark.parametrize(
+    "pair",
+    ["memory", "local", "local-to-s3", pytest.param("s3-to-local", marks=pytest.mark.slow)],
+    indirect=True,
+)
 def test_diverged_threads_merge_without_losing_an_entry(pair):
     src, dst = pair
     populate(src)
