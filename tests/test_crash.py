@@ -141,6 +141,7 @@ def _gc_killed_at_delete(store: Path, k: int) -> bool:
     return os.WIFSIGNALED(status)
 
 
+@pytest.mark.slow
 def test_gc_killed_mid_sweep_keeps_garbage_closed(tmp_path: Path) -> None:
     messages = [{"role": "user", "content": f"m{i}"} for i in range(12)]
     broken = []

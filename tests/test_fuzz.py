@@ -144,6 +144,7 @@ def _check_pack(index: Path, objects: dict[str, tuple[Kind, bytes]], pristine_in
         assert objects[oid] == value  # verified reads never return wrong data
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(st.booleans(), mutations)
 def test_pack_files_truncated_and_bit_flipped(
@@ -197,6 +198,7 @@ def _craft(index: Path, edit: str, value: int) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     st.sampled_from(
@@ -341,6 +343,7 @@ LIES = [
 ]
 
 
+@pytest.mark.slow
 @given(st.sampled_from(LIES), st.integers(0, 10**6))  # the profile's count: 25, 100 in CI
 def test_sync_from_a_lying_source(
     tmp_path_factory: pytest.TempPathFactory, lie: str, pick: int

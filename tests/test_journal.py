@@ -653,6 +653,11 @@ def test_snapshot_reads_one_state(j):
     assert snap.resolve(a.id[:10]) == a.id
 
 
+@pytest.mark.parametrize(
+    "j",
+    ["memory", "local", "local-durable", pytest.param("s3", marks=pytest.mark.slow)],
+    indirect=True,
+)
 def test_iter_path_walks_back_from_the_leaf_with_a_limit(j):
     j.create_thread(cj.ThreadMeta(id="t"))
     entries = [user(j, "t", f"m{i}", now=at(i)) for i in range(30)]

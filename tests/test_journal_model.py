@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -152,3 +153,4 @@ TestJournalModel = JournalMachine.TestCase
 TestJournalModel.settings = settings(stateful_step_count=30, deadline=None)
 TestLocalJournalModel = LocalJournalMachine.TestCase
 TestLocalJournalModel.settings = settings(stateful_step_count=25, deadline=None)
+pytest.mark.slow(TestLocalJournalModel)  # reopens a local store at every step: seconds

@@ -269,6 +269,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     meta=st.dictionaries(st.text(max_size=6), json_values, max_size=5),

@@ -288,6 +288,7 @@ def test_workload_under_faults(
     ]
 
 
+@pytest.mark.slow
 def test_write_that_landed_but_every_answer_was_lost_is_reported_committed(
     proxy: FaultProxy, s3_server: S3Server
 ) -> None:
@@ -309,6 +310,7 @@ def test_write_that_landed_but_every_answer_was_lost_is_reported_committed(
         assert fsck(reader.store).ok
 
 
+@pytest.mark.slow
 def test_write_that_landed_and_was_overtaken_before_its_retry_is_not_repeated(
     proxy: FaultProxy, s3_server: S3Server
 ) -> None:
@@ -455,6 +457,7 @@ def test_answer_cut_short_is_a_storage_error(
 # -- sync through the proxy ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_push_and_pull_under_faults(proxy: FaultProxy, s3_server: S3Server, tmp_path: Any) -> None:
     bucket = s3_server.new_bucket()
     local = cj.Journal.open(tmp_path / "local", durable=False)

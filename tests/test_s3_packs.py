@@ -78,6 +78,7 @@ def test_batch_is_one_pack_and_a_cold_read_takes_few_requests(s3: S3Server, stor
         cold.close()
 
 
+@pytest.mark.slow
 def test_pack_folds_loose_objects_and_reads_still_verify(s3: S3Server, store: S3Store) -> None:
     journal = cj.Journal(store)
     journal.create_thread(cj.ThreadMeta(id="t"))
@@ -379,9 +380,15 @@ class TestS3StoredCopies(StoredCopiesContract):
         assert isinstance(store, S3Store)
         return reopen(self.s3, store)
 
-    @pytest.mark.slow  # 300 loose objects written and read back one request each
+    # 300 and 100 loose objects written one request each: run with -m slow
+
+    @pytest.mark.slow
     def test_write_pack_keeps_order_and_reads_back_after_reopen(self, store: Store) -> None:
         super().test_write_pack_keeps_order_and_reads_back_after_reopen(store)
+
+    @pytest.mark.slow
+    def test_write_pack_with_a_dictionary(self, store: Store) -> None:
+        super().test_write_pack_with_a_dictionary(store)
 
     def damage_loose(self, store: Store, oid: str) -> None:
         assert isinstance(store, S3Store)

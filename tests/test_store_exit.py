@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import cas_journal as cj
 from cas_journal import maintenance
 
@@ -49,6 +51,7 @@ def contents(root: Path) -> list[str]:
         return [str(entry.message.content) for entry in j.path("t") if entry.message]
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_without_closing_leaves_no_wal(tmp_path: Path) -> None:
     for durable in (False, True):
         root = tmp_path / f"store-{durable}"

@@ -26,7 +26,10 @@ from cas_journal.objects import (
 )
 
 
-@pytest.fixture(params=["memory", "local", "local-to-s3", "s3-to-local"])
+@pytest.fixture(
+    # S3 as the source is slow (every object a request to the server): run with -m slow
+    params=["memory", "local", "local-to-s3", pytest.param("s3-to-local", marks=pytest.mark.slow)]
+)
 def pair(request, tmp_path):
     if request.param == "memory":
         yield cj.Journal.memory(), cj.Journal.memory()
@@ -110,11 +113,6 @@ def test_a_destination_ahead_is_left_alone(pair):
     assert contents(dst.path("t"))[-1] == "only on dst"
 
 
-@pytest.mark.parametrize(
-    "pair",
-    ["memory", "local", "local-to-s3", pytest.param("s3-to-local", marks=pytest.mark.slow)],
-    indirect=True,
-)
 def test_diverged_threads_merge_without_losing_an_entry(pair):
     src, dst = pair
     populate(src)

@@ -457,6 +457,7 @@ def test_parser_accepts_or_names_the_line(data):
     assert all(isinstance(line.record, dict) for line in parsed.lines)
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(
     records=st.lists(
